@@ -1,0 +1,155 @@
+import pytest
+import torch
+
+from trainready.config import RunConfig
+from trainready.core.case import Case
+from trainready.core.context import CaseContext
+from trainready.data import model_entries
+from trainready.suites import matmul
+
+PEAK = {"flops": 1e12, "source": "measured", "label": "vs measured peak"}
+
+
+def _cases(preset: str, dtype: str | None = None) -> list[Case]:
+    return matmul.cases(RunConfig(suites=["matmul"], preset=preset, dtype=dtype))
+
+
+def _projections(unfused_only: bool) -> int:
+    return sum(
+        1
+        for model in model_entries()
+        for proj in model["projections"]
+        if not (unfused_only and proj.get("fused", False))
+    )
+
+
+def test_full_preset_is_every_projection_m_and_pass():
+    assert len(_cases("full")) == _projections(unfused_only=False) * 3 * 3
+
+
+def test_standard_preset_skips_fused_projections():
+    cases = _cases("standard")
+    assert len(cases) == _projections(unfused_only=True) * 3 * 3
+    assert not any(c.params["fused"] for c in cases)
+
+
+def test_quick_preset_is_the_documented_table():
+    cases = _cases("quick")
+    expected = sum(len(p) for ops in matmul.QUICK.values() for p in ops.values())
+    assert len(cases) == expected * len(matmul.QUICK_M)
+    assert {c.params["M"] for c in cases} == set(matmul.QUICK_M)
+    assert not any(c.params["fused"] or c.params["op"] == "lm_head" for c in cases)
+    # Every entry of the table names a real unfused projection (a typo would silently drop it).
+    listed = {(c.params["model"], c.params["op"]) for c in cases}
+    assert listed == {(m, op) for m, ops in matmul.QUICK.items() for op in ops}
+
+
+def test_ids_are_unique_stable_and_named_as_documented():
+    first, second = _cases("full"), _cases("full")
+    ids = [c.id for c in first]
+    assert len(set(ids)) == len(ids)
+    assert ids == [c.id for c in second]
+    assert [c.params for c in first] == [c.params for c in second]
+    case = next(c for c in first if c.name == "Llama-3.1-8B/q_proj/M128/fwd")
+    assert case.id == "matmul/Llama-3.1-8B/q_proj/M128/fwd"
+    assert case.params == {
+        "model": "Llama-3.1-8B",
+        "family": "llama",
+        "op": "q_proj",
+        "fused": False,
+        "M": 128,
+        "N": 4096,
+        "K": 4096,
+        "pass": "fwd",
+        "dtype": "bf16",
+    }
+
+
+def test_dtype_defaults_to_bf16_and_can_be_overridden():
+    assert {c.params["dtype"] for c in _cases("quick")} == {"bf16"}
+    assert {c.params["dtype"] for c in _cases("quick", "fp32")} == {"fp32"}
+
+
+def _tiny(pass_: str, dtype: str = "bf16", m: int = 8, n: int = 64, k: int = 32) -> Case:
+    params = {
+        "model": "tiny",
+        "family": "test",
+        "op": "proj",
+        "fused": False,
+        "M": m,
+        "N": n,
+        "K": k,
+        "pass": pass_,
+        "dtype": dtype,
+    }
+    return Case("matmul", f"tiny/proj/M{m}/{pass_}", params)
+
+
+def _ctx(dtype: str = "bf16", peaks: dict | None = None) -> CaseContext:
+    peaks = {"bf16": PEAK} if peaks is None else peaks
+    return CaseContext(device="cpu", dtype=dtype, budget_s=30, peaks=peaks)
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dX", "dW"])
+def test_execute_tiny_case_passes(pass_):
+    out = matmul.execute(_tiny(pass_), _ctx())
+    assert out.status == "pass", out.diagnostics
+    m = out.metrics
+    assert m["gflop"] == 2 * 8 * 64 * 32 / 1e9
+    assert m["time_ms_min"] <= m["time_ms"] <= m["time_ms_max"]
+    assert m["tflops"] == pytest.approx(m["gflop"] / m["time_ms"])
+    assert m["mfu"] == pytest.approx(m["tflops"] * 1e12 / PEAK["flops"])
+    assert m["repeats"] >= 1 and m["spread"] >= 0
+    assert m["max_rel_err"] < 0.02 and m["rmse"] < 0.01
+    assert out.diagnostics["peak_label"] == "vs measured peak"
+    assert out.diagnostics["peak_source"] == "measured"
+
+
+def test_execute_checks_a_subset_of_a_large_output():
+    # 200 x 96 outputs: the check samples CHECK_SIZE rows and columns, not all of them.
+    out = matmul.execute(_tiny("fwd", m=200, n=96, k=48), _ctx())
+    assert out.status == "pass"
+    assert out.diagnostics["check"].startswith(f"{matmul.CHECK_SIZE}x{matmul.CHECK_SIZE} of 200x96")
+    assert out.diagnostics["numerics"]["numel"] == matmul.CHECK_SIZE**2
+
+
+def test_execute_without_a_peak_reports_no_mfu():
+    out = matmul.execute(_tiny("fwd", dtype="fp32"), _ctx(dtype="fp32"))
+    assert out.status == "pass"
+    assert "mfu" not in out.metrics
+    assert "no peak" in out.diagnostics["peak_label"]
+
+
+def test_planted_wrong_result_fails_numerics(monkeypatch):
+    real = matmul.product
+
+    def off_by_a_bit(pass_, first, second):
+        y = real(pass_, first, second)
+        return y + 0.05 * y.float().square().mean().sqrt().to(y.dtype)
+
+    monkeypatch.setattr(matmul, "product", off_by_a_bit)
+    out = matmul.execute(_tiny("dW"), _ctx())
+    assert out.status == "fail_numerics"
+    assert out.diagnostics["numerics"]["ok"] is False
+    assert out.metrics["rmse"] > out.diagnostics["numerics"]["threshold"]
+
+
+def test_planted_wrong_shape_fails_numerics(monkeypatch):
+    real = matmul.product
+    monkeypatch.setattr(matmul, "product", lambda p, a, b: real(p, a, b)[:, :-1])
+    out = matmul.execute(_tiny("fwd"), _ctx())
+    assert out.status == "fail_numerics"
+    assert out.diagnostics["numerics"]["rule"] == "shape"
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dX", "dW"])
+def test_gemms_match_autograd_of_f_linear(pass_):
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.linear(x, w)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    inputs = {"fwd": (x, w), "dX": (grad_y, w), "dW": (grad_y, x)}[pass_]
+    expected = {"fwd": y, "dX": x.grad, "dW": w.grad}[pass_]
+    torch.testing.assert_close(matmul.product(pass_, *(t.detach() for t in inputs)), expected)

@@ -1,0 +1,232 @@
+"""Reports from a hand-made store: two runs of a fake matmul sweep on two devices."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from rich.console import Console
+
+from trainready.config import ConfigError
+from trainready.core.case import Case, Result
+from trainready.core.store import RunRecord, Store
+from trainready.report import FORMATS, render, write_reports
+from trainready.report.charts import Axis, Point, Series, xy_chart
+from trainready.report.model import reason
+from trainready.report.terminal import print_summary
+
+GPU, CPU = "run-gpu", "run-cpu"
+
+
+def _case(model: str, op: str, m: int, p: str) -> Case:
+    params = {"model": model, "op": op, "M": m, "N": 4096, "K": 4096, "pass": p, "dtype": "bf16"}
+    return Case("matmul", f"{model}.{op}.M{m}.{p}", params | {"fused": False})
+
+
+C_FWD1 = _case("Llama-3.1-8B", "q_proj", 1, "fwd")
+C_FWD128 = _case("Llama-3.1-8B", "q_proj", 128, "fwd")
+C_FWD2048 = _case("Llama-3.1-8B", "q_proj", 2048, "fwd")
+C_NUMERICS = _case("Llama-3.1-8B", "o_proj", 128, "dX")
+C_TIMEOUT = _case("Qwen3-8B", "gate_proj", 2048, "dW")
+C_CRASH = _case("Qwen3-8B", "lm_head", 2048, "fwd")
+C_UNSUPPORTED = _case("Qwen3-8B", "down_proj", 1, "dW")
+
+NUMERICS = "max rel err 3.1e-01 > tol 1.6e-02"
+TIMEOUT = "exceeded budget of 60 s in phase 'compile'"
+CRASH = "worker died: SIGSEGV"
+UNSUPPORTED = "fp8 | int4 matmul not supported by this backend"
+# Later lines of an error stay out of the cause; the ANSI codes would break XML if kept.
+NUMERICS_DETAIL = "\n\x1b[31mworst at [17, 4]\x1b[0m"
+
+
+def _matmul(case: Case, mfu: float, peak: str) -> Result:
+    gflop = 2 * case.params["M"] * 4096 * 4096 / 1e9
+    tflops = mfu * 900
+    metrics = {"gflop": gflop, "time_ms": gflop / tflops, "tflops": tflops, "mfu": mfu}
+    return Result(case, "pass", metrics, {"peak_label": peak}, "run", 0.0, 0.25)
+
+
+def _failed(case: Case, status: str, phase: str, **diagnostics: str) -> Result:
+    return Result(case, status, {}, diagnostics, phase, 0.0, 1.5)
+
+
+def _run(store: Store, run_id: str, name: str, planned: int, results: list[Result]) -> None:
+    env = {
+        "python": "3.11.9",
+        "torch": "2.13.0",
+        "device": {"name": name, "memory_gb": 141},
+        "env_vars": {"HF_TOKEN": "hf_do_not_leak", "CUDA_VISIBLE_DEVICES": "0"},
+        "git_sha": "abc1234",
+    }
+    record = RunRecord(
+        run_id, 1.7e9, ["matmul"], name.lower(), "quick", "bf16", env=env, planned=planned
+    )
+    store.add_run(record)
+    for r in results:
+        store.add_result(run_id, r)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    store = Store(tmp_path_factory.mktemp("report"))
+    datasheet, measured = "vs datasheet peak", "vs measured peak"
+    # The primary run: one case of each outcome, and one planned case that never ran.
+    _run(
+        store,
+        GPU,
+        "H200",
+        8,
+        [
+            _matmul(C_FWD1, 0.05, datasheet),
+            _matmul(C_FWD128, 0.40, datasheet),
+            _matmul(C_FWD2048, 0.70, datasheet),
+            _failed(C_NUMERICS, "fail_numerics", "check", error=NUMERICS + NUMERICS_DETAIL),
+            _failed(C_TIMEOUT, "timeout", "compile", error=TIMEOUT),
+            _failed(C_CRASH, "crash", "run", error=CRASH, stderr_tail="\x00"),
+            _failed(C_UNSUPPORTED, "unsupported", "setup", reason=UNSUPPORTED),
+        ],
+    )
+    # The reference passes what the primary fails (numerics, timeout, crash), times out where it
+    # passes.
+    _run(
+        store,
+        CPU,
+        "cpu",
+        7,
+        [
+            _matmul(C_FWD1, 0.30, measured),
+            _matmul(C_FWD128, 0.50, measured),
+            _failed(C_FWD2048, "timeout", "run", error="exceeded budget of 60 s in phase 'run'"),
+            _matmul(C_NUMERICS, 0.45, measured),
+            _matmul(C_TIMEOUT, 0.55, measured),
+            _matmul(C_CRASH, 0.52, measured),
+            _failed(C_UNSUPPORTED, "unsupported", "setup", reason=UNSUPPORTED),
+        ],
+    )
+    yield store
+    store.close()
+
+
+def test_markdown_counts_and_reasons(store):
+    md = render(store, [GPU], "md")
+    # suite, pass, fail_numerics, timeout, crash, unsupported, not run, total, pass rate
+    assert "| matmul | 3 | 1 | 1 | 1 | 1 | 1 | 8 | 37.5% |" in md
+    for why in (NUMERICS, TIMEOUT, CRASH, UNSUPPORTED.replace("|", "\\|")):
+        assert why in md
+    assert "worst at" not in md  # a cause is the error's first line
+    assert "median matmul MFU**: 40.0%" in md
+    assert "vs datasheet peak" in md
+
+
+def test_json_round_trips_and_counts_match(store):
+    text = render(store, [GPU, CPU], "json")
+    doc = json.loads(text)
+    assert json.loads(json.dumps(doc)) == doc
+    assert doc["primary"] == GPU
+    gpu, cpu = doc["runs"]
+    summary = gpu["summary"]["all"]
+    assert summary["counts"]["pass"] == 3 and summary["failed"] == 3
+    assert (summary["done"], summary["not_run"], summary["total"]) == (7, 1, 8)
+    assert len(gpu["results"]) == 7 and len(cpu["results"]) == 7
+    assert cpu["summary"]["all"]["not_run"] == 0
+    assert gpu["headlines"][0]["value"] == pytest.approx(0.40)
+    assert gpu["run"]["env"]["env_vars"]["HF_TOKEN"] == "(redacted)"
+
+
+def test_junit_counts(store):
+    root = ET.fromstring(render(store, [GPU], "junit"))
+    (suite,) = root.findall("testsuite")
+    # 7 results + 1 placeholder for the case that never ran.
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "3", "2")
+    assert root.get("tests") == "8" and root.get("failures") == "3"
+    failures = {tc.get("name"): tc.find("failure") for tc in suite.iter("testcase")}
+    numerics = failures[C_NUMERICS.name]
+    assert numerics.get("type") == "fail_numerics"
+    assert numerics.get("message") == NUMERICS
+    assert "worst at" in numerics.text  # the whole error, minus the escape codes XML forbids
+    assert failures[C_TIMEOUT.name].get("type") == "timeout"
+    assert float(suite.get("time")) == pytest.approx(3 * 0.25 + 4 * 1.5)
+
+
+def test_html_is_offline_and_complete(store):
+    html = render(store, [GPU, CPU], "html")
+    assert "<svg" in html and "<script>" in html and "<style>" in html
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
+    assert "<link" not in html and "<script src" not in html
+    for case in (C_FWD1, C_FWD128, C_FWD2048, C_NUMERICS, C_TIMEOUT, C_CRASH, C_UNSUPPORTED):
+        assert case.id in html
+    # Overlaid devices, one series per M each, and the MFU peak label on both.
+    for series in ("H200 M=1", "H200 M=128", "H200 M=2048", "cpu M=1", "cpu M=2048"):
+        assert f'data-name="{series}"' in html
+    assert "vs measured peak" in html and "vs datasheet peak" in html
+    assert "hf_do_not_leak" not in html
+
+
+def test_comparison_shows_newly_failing(store):
+    doc = json.loads(render(store, [GPU, CPU], "json"))
+    (comparison,) = doc["comparisons"]
+    assert comparison["newly_failing"] == sorted([C_CRASH.id, C_NUMERICS.id, C_TIMEOUT.id])
+    assert comparison["newly_passing"] == [C_FWD2048.id]
+    md = render(store, [GPU, CPU], "md")
+    block = md.split("**Newly failing**")[1].split("**Newly passing**")[0]
+    assert C_NUMERICS.id in block and C_CRASH.id in block and C_FWD1.id not in block
+
+
+def test_unknown_format_names_the_valid_ones(store, tmp_path):
+    with pytest.raises(ConfigError, match="md, json, junit, html"):
+        render(store, [GPU], "pdf")
+    with pytest.raises(ConfigError, match="pdf"):
+        write_reports(store, [GPU], tmp_path, ["md", "pdf"])
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_write_reports(store, tmp_path):
+    paths = write_reports(store, [GPU, CPU], tmp_path / "out")
+    assert set(paths) == set(FORMATS)
+    names = {p.name for p in paths.values()}
+    assert names == {"report.md", "report.json", "report.junit.xml", "report.html"}
+    assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+def test_terminal_summary(store):
+    console = Console(record=True, width=140, color_system=None)
+    print_summary(console, store, GPU)
+    text = console.export_text()
+    assert "37.5%" in text and "fail_numerics" in text and "median matmul MFU" in text
+    assert CRASH in text
+
+
+def test_reason_takes_the_exception_from_a_traceback():
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad shape\n'
+    assert reason(Result(C_FWD1, "fail_run", diagnostics={"error": tb})) == "ValueError: bad shape"
+    assert reason(Result(C_FWD1, "fail_run", diagnostics={"message": "a\nb"})) == "a"
+    assert reason(Result(C_FWD1, "pass")) == ""
+
+
+def test_chart_log_axis_legend_and_tooltips():
+    series = [
+        Series("M=1", [Point(0.03, 5.0, "small"), Point(3.0, 40.0, "big")]),
+        Series("M=128", [Point(-1.0, 1.0), Point(float("nan"), 1.0)]),  # unplottable on log x
+    ]
+    svg = xy_chart(series, Axis("GFLOP", log=True), Axis("MFU %", zero=True), title="t")
+    ET.fromstring(svg)  # well-formed
+    assert "<title>small</title>" in svg and "<title>big</title>" in svg
+    for tick in (">0.01<", ">0.1<", ">1<", ">10<"):
+        assert tick in svg
+    assert svg.count('class="series"') == 2 and "M=128" in svg
+    assert "no data" in xy_chart([], Axis("x"), Axis("y"))
+
+
+def test_not_run_cases_of_a_multi_suite_run_stay_visible(tmp_path):
+    with Store(tmp_path) as store:
+        store.add_run(RunRecord("multi", 1.7e9, ["matmul", "flex"], "cpu", "quick", planned=4))
+        store.add_result("multi", _matmul(C_FWD1, 0.3, ""))
+        store.add_result("multi", Result(Case("flex", "causal"), "pass"))
+        md = render(store, ["multi"], "md")
+        root = ET.fromstring(render(store, ["multi"], "junit"))
+    # The store does not say which suite the 2 missing cases belong to: the run total has them.
+    assert "| all | 2 | 2 | 4 | 50.0% |" in md
+    assert [ts.get("name") for ts in root.findall("testsuite")] == ["matmul", "flex", "not_run"]
+    assert (root.get("tests"), root.get("skipped")) == ("3", "1")

@@ -1,0 +1,77 @@
+"""Runner isolation with real faulty cases: each gets its status and the run completes the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainready import api
+from trainready.core.store import Store
+
+SUITE = "tests.faulty_suite"
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faulty")
+    summary = api.run(
+        [SUITE],
+        device="cpu",
+        out=out,
+        budget_s=4,
+        mem_limit_mb=1024,
+    )
+    with Store(out) as store:
+        results = {r.case.params["kind"]: r for r in store.results(summary.run_id)}
+    return summary, results
+
+
+def test_every_case_gets_a_result(faulty_run):
+    summary, results = faulty_run
+    assert summary.planned == 8
+    assert set(results) == {
+        "ok",
+        "raises",
+        "abort",
+        "hang",
+        "hang_in_compile",
+        "alloc",
+        "unsupported",
+        "ok_after",
+    }
+
+
+def test_statuses(faulty_run):
+    _, r = faulty_run
+    assert r["ok"].status == "pass"
+    assert r["ok"].metrics["value"] == 42.0
+    assert r["raises"].status == "fail_run"
+    assert "planted failure" in r["raises"].diagnostics["error"]
+    assert "ValueError" in r["raises"].diagnostics["traceback"]
+    assert r["abort"].status == "crash"
+    assert r["abort"].diagnostics["signal"] == "SIGABRT"
+    assert r["hang"].status == "timeout"
+    assert r["hang"].phase == "run"
+    assert r["hang_in_compile"].status == "timeout"
+    assert r["hang_in_compile"].phase == "compile"
+    assert 3.5 < r["hang_in_compile"].duration_s < 30
+    assert r["alloc"].status == "oom"
+    assert r["unsupported"].status == "unsupported"
+    assert "no such thing" in r["unsupported"].diagnostics["reason"]
+    # The run went on after every fault, on a healthy (replaced) worker.
+    assert r["ok_after"].status == "pass"
+    assert r["ok_after"].metrics["pid"] != r["ok"].metrics["pid"]
+
+
+def test_worker_is_reused_while_healthy(tmp_path):
+    summary = api.run(
+        [SUITE], device="cpu", out=tmp_path, options={"kinds": ["ok", "raises", "ok_after"]}
+    )
+    with Store(tmp_path) as store:
+        pids = {r.metrics.get("pid") for r in store.results(summary.run_id) if r.status == "pass"}
+    assert len(pids) == 1  # an exception does not cost the worker
+
+
+def test_parallel_jobs_run_everything(tmp_path):
+    kinds = ["ok"] * 6 + ["abort", "ok_after"]
+    summary = api.run([SUITE], device="cpu", out=tmp_path, jobs=2, options={"kinds": kinds})
+    assert summary.counts["pass"] == 7 and summary.counts["crash"] == 1

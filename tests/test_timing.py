@@ -1,0 +1,87 @@
+import time
+
+import pytest
+import torch
+
+from trainready.probes import timing
+from trainready.probes.timing import TimingStats, benchmark
+
+
+def test_stats_on_known_samples():
+    s = TimingStats.from_samples([5.0, 1.0, 4.0, 2.0, 3.0], clock="wall")
+    assert s.median_s == 3.0
+    assert (s.min_s, s.max_s, s.mean_s) == (1.0, 5.0, 3.0)
+    assert s.stdev_s == pytest.approx(1.5811388, rel=1e-6)  # sample stdev of 1..5
+    assert s.iqr_s == pytest.approx(2.0)  # quartiles 2 and 4 (inclusive method)
+    assert s.spread == pytest.approx(2.0 / 3.0)
+    assert s.repeats == 5 and s.clock == "wall"
+    assert s.samples == [5.0, 1.0, 4.0, 2.0, 3.0]  # in the order measured
+
+
+def test_stats_on_one_sample():
+    s = TimingStats.from_samples([0.25], clock="events")
+    assert (s.median_s, s.min_s, s.max_s, s.mean_s) == (0.25, 0.25, 0.25, 0.25)
+    assert s.stdev_s == 0.0 and s.iqr_s == 0.0 and s.spread == 0.0
+
+
+def test_stats_need_samples():
+    with pytest.raises(ValueError, match="at least one sample"):
+        TimingStats.from_samples([], clock="wall")
+
+
+def test_benchmark_calls_fn_warmup_plus_repeats_times():
+    calls = []
+    stats = benchmark(lambda: calls.append(1), "cpu", warmup=3, repeats=7, flush_l2=False)
+    assert len(calls) == 10
+    assert stats.repeats == 7 and len(stats.samples) == 7
+    assert stats.clock == "wall"
+
+
+def test_benchmark_times_fn_and_not_the_flush(monkeypatch):
+    def slow_flush(device):
+        time.sleep(0.05)
+
+    monkeypatch.setattr(timing, "flush_cache", slow_flush)
+    stats = benchmark(lambda: time.sleep(0.01), "cpu", warmup=0, repeats=3, flush_l2=True)
+    assert stats.min_s >= 0.009 and stats.max_s < 0.04
+
+
+def test_benchmark_flushes_before_each_timed_repeat_only(monkeypatch):
+    events = []
+    monkeypatch.setattr(timing, "flush_cache", lambda device: events.append("flush"))
+    benchmark(lambda: events.append("fn"), "cpu", warmup=2, repeats=3, flush_l2=True)
+    assert events == ["fn", "fn"] + ["flush", "fn"] * 3
+
+
+def test_benchmark_time_cap_stops_early_but_times_once():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.02)
+
+    t0 = time.perf_counter()
+    stats = benchmark(slow, "cpu", warmup=2, repeats=100, flush_l2=False, max_time_s=0.1)
+    assert time.perf_counter() - t0 < 0.3
+    assert 1 <= stats.repeats < 10
+    # Even a budget already spent by one call gets one timed repeat.
+    stats = benchmark(slow, "cpu", warmup=1, repeats=5, flush_l2=False, max_time_s=0.001)
+    assert stats.repeats == 1
+
+
+def test_benchmark_min_run_repeats_until_enough_time_is_measured():
+    stats = benchmark(lambda: time.sleep(0.005), "cpu", warmup=0, repeats=2, min_run_s=0.05)
+    assert stats.repeats >= 9
+    assert sum(stats.samples) >= 0.05
+
+
+def test_benchmark_a_real_matmul_with_cache_flush():
+    a = torch.randn(256, 256)
+    stats = benchmark(lambda: a @ a, "cpu", warmup=1, repeats=5)
+    assert stats.repeats == 5
+    assert 0 < stats.min_s <= stats.median_s <= stats.max_s < 1.0
+
+
+def test_benchmark_rejects_zero_repeats():
+    with pytest.raises(ValueError, match="repeats"):
+        benchmark(lambda: None, "cpu", repeats=0)

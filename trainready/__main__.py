@@ -1,0 +1,3 @@
+from trainready.cli import main
+
+main()

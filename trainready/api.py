@@ -1,0 +1,256 @@
+"""The Python API; the CLI is a thin layer over it.
+
+import trainready
+summary = trainready.run(["matmul"], device="cpu", preset="quick", out="runs")
+trainready.report(summary.store_path, [summary.run_id], "md")
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainready.config import ConfigError, RunConfig, parse_shard
+from trainready.core.case import Case, Result
+from trainready.core.plan import PlannedSuite, plan
+from trainready.core.runner import Job, Runner
+from trainready.core.store import RunRecord, Store, StoreError, new_run_id
+from trainready.suites import expand
+
+DEFAULT_OUT = "runs"
+
+
+class Observer:
+    """Progress callbacks for a run; the CLI draws a progress bar with them. All optional."""
+
+    def on_message(self, text: str) -> None: ...
+
+    def on_plan(self, run_id: str, total: int, already_done: int) -> None: ...
+
+    def on_start(self, case: Case) -> None: ...
+
+    def on_result(self, result: Result) -> None: ...
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    store_path: Path
+    counts: Counter = field(default_factory=Counter)
+    planned: int = 0
+    resumed: bool = False
+
+    @property
+    def done(self) -> int:
+        return sum(self.counts.values())
+
+
+def _peaks(cfg: RunConfig, suites: list[PlannedSuite], store: Store, obs: Observer):
+    """The peak FLOP/s for every dtype the run uses, resolved once (a calibration costs seconds)."""
+    from trainready.device import resolve_peak
+
+    dtypes = sorted({d for s in suites for c in s.cases if (d := s.dtype(cfg, c))})
+    peaks = {}
+    for dtype in dtypes:
+        obs.on_message(f"peak FLOP/s for {cfg.device} {dtype}…")
+        peaks[dtype] = resolve_peak(cfg.device, dtype, store=store)
+    return peaks
+
+
+def _find_resumable(store: Store, cfg: RunConfig) -> RunRecord | None:
+    identity = cfg.identity()
+    for run in reversed(store.list_runs()):
+        if RunConfig.from_json(run.config).identity() == identity:
+            return run
+    return None
+
+
+def run(
+    suites: list[str],
+    device: str = "auto",
+    preset: str = "quick",
+    out: str | Path = DEFAULT_OUT,
+    *,
+    jobs: int = 1,
+    budget_s: float | None = None,
+    shard: str | None = None,
+    resume: bool = False,
+    filter: str | None = None,  # noqa: A002 - mirrors the CLI flag
+    dtype: str | None = None,
+    mem_limit_mb: int | None = None,
+    options: dict[str, Any] | None = None,
+    observer: Observer | None = None,
+) -> RunSummary:
+    """Run suites on a device; results land in `out`/trainready.db as they arrive."""
+    from trainready.device import resolve
+    from trainready.env import snapshot
+
+    obs = observer or Observer()
+    if not suites:
+        raise ConfigError("no suite given")
+    cfg = RunConfig(
+        suites=expand(suites),
+        device=resolve(device),
+        preset=preset,
+        dtype=dtype,
+        budget_s=budget_s,
+        filter=filter,
+        shard=parse_shard(shard),
+        jobs=jobs,
+        mem_limit_mb=mem_limit_mb,
+        options=dict(options or {}),
+    )
+    planned = plan(cfg)
+    total = sum(len(s.cases) for s in planned)
+    store = Store(out)
+    try:
+        previous = _find_resumable(store, cfg) if resume else None
+        if resume and previous is None:
+            obs.on_message("nothing to resume with these settings: starting a new run")
+        cfg.peaks = _peaks(cfg, planned, store, obs)
+        if previous is not None:
+            run_id = previous.run_id
+            done = store.done_case_ids(run_id)
+        else:
+            run_id, done = new_run_id(), set()
+            env = snapshot(cfg.device)
+            store.add_run(
+                RunRecord(
+                    run_id=run_id,
+                    created_at=time.time(),
+                    suites=cfg.suites,
+                    device=cfg.device,
+                    preset=cfg.preset,
+                    dtype=cfg.dtype,
+                    shard=f"{cfg.shard[0]}/{cfg.shard[1]}" if cfg.shard else None,
+                    config=cfg.to_json(),
+                    env=env,
+                    command=env["command"],
+                    planned=total,
+                )
+            )
+        summary = RunSummary(run_id, store.db_path, planned=total, resumed=previous is not None)
+        for r in store.results(run_id):
+            summary.counts[r.status] += 1
+        obs.on_plan(run_id, total, len(done))
+
+        def on_result(result: Result) -> None:
+            store.add_result(run_id, result)  # committed before anything else sees it
+            summary.counts[result.status] += 1
+            obs.on_result(result)
+
+        runner = Runner(
+            jobs=cfg.jobs,
+            log_dir=store.dir / "logs" / run_id,
+            mem_limit_mb=cfg.mem_limit_mb,
+            on_start=obs.on_start,
+            on_result=on_result,
+        )
+        try:
+            runner.run(_jobs(cfg, planned, done))
+        finally:
+            runner.close()
+        store.finish_run(run_id)
+        return summary
+    finally:
+        store.close()
+
+
+def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str]) -> list[Job]:
+    jobs = []
+    for s in planned:
+        for case in s.cases:
+            if case.id in done:
+                continue
+            ctx = {
+                "device": cfg.device,
+                "dtype": s.dtype(cfg, case),
+                "budget_s": s.budget_s(cfg, case),
+                "preset": cfg.preset,
+                "options": cfg.options,
+                "peaks": cfg.peaks,
+            }
+            jobs.append(Job(case, s.module_path, ctx["budget_s"], ctx))
+    return jobs
+
+
+def merge(sources: list[str | Path], out: str | Path) -> str:
+    """Combine shard outputs (each a store directory; its latest run) into one run in `out`."""
+    if not sources:
+        raise ConfigError("merge needs at least one run directory")
+    runs: list[tuple[RunRecord, list[Result]]] = []
+    for src in sources:
+        with Store(src, create=False) as s:
+            run_ = s.latest_run()
+            runs.append((run_, s.results(run_.run_id)))
+    first = RunConfig.from_json(runs[0][0].config)
+    identity = {**first.identity(), "shard": None}
+    seen: dict[str, str] = {}
+    for run_, results in runs:
+        cfg = RunConfig.from_json(run_.config)
+        if {**cfg.identity(), "shard": None} != identity:
+            raise ConfigError(
+                f"run {run_.run_id} was made with other settings than {runs[0][0].run_id}; "
+                "only shards of one run can be merged"
+            )
+        for r in results:
+            if r.case_id in seen and seen[r.case_id] != run_.run_id:
+                raise ConfigError(
+                    f"case {r.case_id} appears in runs {seen[r.case_id]} and {run_.run_id}"
+                )
+            seen[r.case_id] = run_.run_id
+    head = runs[0][0]
+    merged_cfg = {**first.to_json(), "shard": None}
+    run_id = new_run_id()
+    with Store(out) as store:
+        store.add_run(
+            RunRecord(
+                run_id=run_id,
+                created_at=time.time(),
+                suites=head.suites,
+                device=head.device,
+                preset=head.preset,
+                dtype=head.dtype,
+                shard=None,
+                config=merged_cfg,
+                env={**head.env, "merged_from": [r.run_id for r, _ in runs]},
+                command=head.command,
+                planned=sum(r.planned or 0 for r, _ in runs),
+            )
+        )
+        for _, results in runs:
+            for r in results:
+                store.add_result(run_id, r)
+        if all(r.finished_at for r, _ in runs):
+            store.finish_run(run_id)
+    return run_id
+
+
+def _resolve(ref: str) -> tuple[Store, str]:
+    """'DIR', 'DIR/trainready.db' or 'DIR:RUN_ID' -> (store, run id); a bare DIR means its latest."""
+    path, run_id = ref, ""
+    if ":" in ref and not Path(ref).exists():
+        path, _, run_id = ref.rpartition(":")
+    store = Store(path, create=False)
+    return store, (store.get_run(run_id).run_id if run_id else store.latest_run().run_id)
+
+
+def open_runs(refs: list[str]) -> tuple[Store, list[str]]:
+    """One store holding every referenced run (copied into memory when they live in several)."""
+    resolved = [_resolve(ref) for ref in refs]
+    run_ids = [rid for _, rid in resolved]
+    if len({s.db_path for s, _ in resolved}) == 1:
+        for s, _ in resolved[1:]:
+            s.close()
+        return resolved[0][0], run_ids
+    merged = Store.in_memory()
+    for s, rid in resolved:
+        merged.copy_run(s, rid)
+        s.close()
+    return merged, run_ids
+
+
+__all__ = ["Observer", "RunSummary", "run", "merge", "open_runs", "StoreError", "DEFAULT_OUT"]

@@ -1,0 +1,1 @@
+"""The pipeline's core: cases, the isolated runner and the store."""

@@ -1,0 +1,134 @@
+"""The worker process: runs one case at a time for the runner, in isolation from the parent.
+
+A worker is started with the `spawn` method (a clean interpreter: no forked CUDA context), moves into
+its own session so the runner can kill it together with any compile workers it spawned, sends its
+stdout/stderr to a log file (the runner reads the tail when the worker dies), and then serves cases
+over a pipe until told to stop. Messages to the parent:
+
+    ("ready", pid)                       once, after start-up
+    ("phase", name)                      whenever the case enters a phase (for timeout reports)
+    ("result", outcome_dict, phase, s)   when a case ends, however it ended short of dying
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from trainready.core.case import Case, Outcome
+from trainready.core.context import CaseContext, Unsupported
+
+
+def _redirect_output(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _virtual_size_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _limit_memory(headroom_mb: int) -> None:
+    """Cap the address space at what the worker uses now plus `headroom_mb`.
+
+    Relative to the current size because importing torch alone maps gigabytes of virtual memory.
+    Only for hostile-case isolation on the CPU: accelerator runtimes map far more than they use.
+    torch is imported first so that its libraries are not counted against the headroom.
+    """
+    import torch  # noqa: F401
+
+    limit = _virtual_size_bytes() + headroom_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _error_text(exc: BaseException) -> str:
+    return (
+        f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+        if str(exc)
+        else type(exc).__name__
+    )
+
+
+def _traceback_tail(exc: BaseException, lines: int = 25) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _is_oom(exc: BaseException) -> bool:
+    from trainready.device import is_oom
+
+    return is_oom(exc)
+
+
+def execute_case(suite: Any, case: Case, ctx: CaseContext) -> Outcome:
+    """Run one case, turning every way it can end short of killing the process into an Outcome."""
+    try:
+        outcome = suite.execute(case, ctx)
+        if not isinstance(outcome, Outcome):
+            return Outcome(
+                "fail_run",
+                diagnostics={"error": f"suite returned {type(outcome).__name__}, not an Outcome"},
+            )
+        return outcome
+    except Unsupported as e:
+        return Outcome("unsupported", diagnostics={"reason": str(e)})
+    except Exception as e:  # noqa: BLE001 - every exception is a finding about the case
+        status = "oom" if _is_oom(e) else "fail_run"
+        return Outcome(
+            status, diagnostics={"error": _error_text(e), "traceback": _traceback_tail(e)}
+        )
+
+
+def worker_main(conn: Connection, log_path: str, mem_limit_mb: int | None) -> None:
+    os.setsid()
+    _redirect_output(log_path)
+    if mem_limit_mb:
+        _limit_memory(mem_limit_mb)
+    conn.send(("ready", os.getpid()))
+    suites: dict[str, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if msg[0] == "stop":
+            return
+        _, case_json, ctx_json, suite_path = msg
+        case = Case.from_json(case_json)
+        ctx = CaseContext(**ctx_json, _report_phase=lambda p: conn.send(("phase", p)))
+        t0 = time.perf_counter()
+        try:
+            if suite_path not in suites:
+                from trainready.suites import load_suite
+
+                suites[suite_path] = load_suite(suite_path)
+            outcome = execute_case(suites[suite_path], case, ctx)
+        except Exception as e:  # noqa: BLE001 - a suite that fails to import fails its cases
+            outcome = Outcome("fail_run", diagnostics={"error": _error_text(e)})
+        duration = time.perf_counter() - t0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(
+            (
+                "result",
+                {
+                    "status": outcome.status,
+                    "metrics": outcome.metrics,
+                    "diagnostics": outcome.diagnostics,
+                },
+                ctx.current_phase,
+                duration,
+            )
+        )
+        gc.collect()

@@ -1,0 +1,619 @@
+"""The only module that knows device APIs: naming, timing, memory, identity and peak FLOP/s.
+
+Everything goes through `torch.accelerator` / `torch.Event` where PyTorch offers a generic API,
+so CUDA, ROCm, XPU, MPS and PrivateUse1 backends (e.g. Neuron) share one code path; the few
+vendor calls left (device properties for `device_info`) are confined to small helpers here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainready.config import DTYPES, ConfigError
+from trainready.peaks import PEAKS, match_kind
+
+if TYPE_CHECKING:
+    from trainready.core.store import Store
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+_TORCH_DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+}
+assert tuple(_TORCH_DTYPES) == DTYPES, "dtype names must match trainready.config.DTYPES"
+
+# Backends with a single device, addressed without an index.
+_SINGLE_DEVICE = frozenset({"mps"})
+
+_DEVICE_SPEC = re.compile(r"([a-z_][a-z0-9_]*)(?::(\d+))?")
+
+# Larger than any current accelerator's last-level cache (L2: H200 50 MB, B200 126 MB; the
+# memory-side Infinity Cache of MI300X/MI325X/MI355X: 256 MB), so writing it evicts whatever
+# a previous repeat left cached.
+_ACCEL_FLUSH_BYTES = 512 * MiB
+_CPU_FLUSH_FALLBACK_BYTES = 64 * MiB
+_flush_buffers: dict[str, torch.Tensor] = {}
+
+
+class DeviceError(ConfigError):
+    """A device the user asked for that does not exist here; the message names valid choices."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """'fp32' | 'bf16' | 'fp16' | 'fp64' -> the torch dtype."""
+    if name not in _TORCH_DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}; valid: {', '.join(_TORCH_DTYPES)}")
+    return _TORCH_DTYPES[name]
+
+
+# -- discovery ------------------------------------------------------------------------------------
+def _backend_types() -> list[str]:
+    """Device types worth probing: the built-in ones, PrivateUse1's name, and the accelerator."""
+    types = ["cuda", "xpu", "mps"]
+    # PrivateUse1 counts once a backend has registered its module (e.g. torch.neuron).
+    privateuse1 = torch._C._get_privateuse1_backend_name()
+    acc = torch.accelerator.current_accelerator()
+    for extra in (privateuse1 if hasattr(torch, privateuse1) else None, acc.type if acc else None):
+        if extra and extra not in types:
+            types.append(extra)
+    return types
+
+
+def _device_count(dev_type: str) -> int:
+    """How many devices of a type this process can use; 0 when its backend is absent."""
+    try:
+        if dev_type == "mps":
+            return int(torch.backends.mps.is_available())
+        acc = torch.accelerator.current_accelerator()
+        if acc is not None and acc.type == dev_type:
+            return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
+        module = getattr(torch, dev_type, None)
+        if module is None or not module.is_available():
+            return 0
+        return int(module.device_count())
+    except Exception:  # a half-installed vendor stack must not take the whole tool down
+        return 0
+
+
+def available_devices() -> list[str]:
+    """'cpu' first, then every accelerator device this process can use, e.g. 'cuda:0', 'mps'."""
+    devices = ["cpu"]
+    for dev_type in _backend_types():
+        count = _device_count(dev_type)
+        if dev_type in _SINGLE_DEVICE:
+            devices += [dev_type] if count else []
+        else:
+            devices += [f"{dev_type}:{i}" for i in range(count)]
+    return devices
+
+
+def resolve(spec: str) -> str:
+    """A user's device spec -> a canonical, available device string ('cpu', 'cuda:0', 'mps').
+
+    'auto' picks the first device of the current accelerator, else the cpu; 'cuda' means
+    'cuda:0'. Unknown or unavailable devices raise DeviceError naming what is available.
+    """
+    text = spec.strip().lower()
+    available = available_devices()
+    if text == "auto":
+        acc = torch.accelerator.current_accelerator(check_available=True)
+        if acc is None:
+            return "cpu"
+        return acc.type if acc.type in _SINGLE_DEVICE else f"{acc.type}:0"
+    m = _DEVICE_SPEC.fullmatch(text)
+    if m is None or m.group(1) not in ("cpu", *_backend_types()):
+        raise DeviceError(f"unknown device {spec!r}; valid: {', '.join(available)}, auto")
+    dev_type, index = m.group(1), int(m.group(2) or 0)
+    if dev_type == "cpu" or dev_type in _SINGLE_DEVICE:
+        canonical = dev_type if index == 0 else f"{dev_type}:{index}"
+    else:
+        canonical = f"{dev_type}:{index}"
+    if canonical not in available:
+        raise DeviceError(
+            f"device {canonical!r} is not available on this machine; "
+            f"available: {', '.join(available)}"
+        )
+    return canonical
+
+
+def device_type(device: str) -> str:
+    """'cuda:1' -> 'cuda'."""
+    return torch.device(device).type
+
+
+def synchronize(device: str) -> None:
+    """Wait for all queued work on the device; a no-op on the cpu, whose ops are synchronous."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        torch.accelerator.synchronize(dev)
+
+
+# -- timing ---------------------------------------------------------------------------------------
+def _stream(dev: torch.device) -> torch.Stream:
+    """The stream work for `dev` is queued on now (its device's, not the current device's)."""
+    return torch.accelerator.current_stream(dev)
+
+
+def _timing_events(device: str) -> tuple[torch.Event, torch.Event] | None:
+    """A start/end pair of timing events, or None when the backend cannot time with events.
+
+    Probed once by recording and reading an interval, since some backends accept the
+    constructor but fail at `record` or `elapsed_time`.
+    """
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return None
+    try:
+        start = torch.Event(device=dev, enable_timing=True)
+        end = torch.Event(device=dev, enable_timing=True)
+        start.record(_stream(dev))
+        end.record(_stream(dev))
+        end.synchronize()
+        start.elapsed_time(end)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AttributeError):
+        return None
+    return start, end
+
+
+class Timer:
+    """Times a region of device work: `start()`, enqueue work, `stop()` -> seconds.
+
+    With device events (`clock == "events"`) the interval is measured on the device stream, so
+    it covers exactly the work enqueued between the calls, and work queued before `start()`
+    (an L2 flush, say) is not billed. Otherwise (`clock == "wall"`) the device is synchronised
+    on both ends around `time.perf_counter`.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self._dev = torch.device(device)
+        self._events = _timing_events(device)
+        self.clock = "events" if self._events else "wall"
+        self._running = False
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._running = True
+        if self._events:
+            self._events[0].record(_stream(self._dev))
+        else:
+            synchronize(self.device)
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if not self._running:
+            raise RuntimeError("Timer.stop() called before start()")
+        self._running = False
+        if self._events:
+            start, end = self._events
+            end.record(_stream(self._dev))
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        synchronize(self.device)
+        return time.perf_counter() - self._t0
+
+
+def timer(device: str) -> Timer:
+    """A Timer for `device` (events where the backend has them, else the wall clock)."""
+    return Timer(device)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def _proc_status_bytes(field: str) -> int | None:
+    """A 'kB' field of /proc/self/status (Linux), in bytes."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    m = re.search(rf"^{field}:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _peak_rss_bytes() -> int:
+    # VmHWM honours reset_peak_memory (clear_refs); ru_maxrss is the lifetime peak.
+    hwm = _proc_status_bytes("VmHWM")
+    if hwm is not None:
+        return hwm
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss if sys.platform == "darwin" else maxrss * 1024  # bytes on macOS, KiB on Linux
+
+
+def _total_ram_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        m = re.search(r"^MemTotal:\s+(\d+)\s+kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _optional(fn: Any, *args: Any) -> Any:
+    """Call a backend query that a given backend may not implement; None when it does not."""
+    try:
+        return fn(*args)
+    except (RuntimeError, NotImplementedError, AttributeError, ValueError, TypeError):
+        return None
+
+
+def memory_stats(device: str) -> dict[str, Any] | None:
+    """Bytes in use on the device: allocated, reserved, peak_allocated, total (those known).
+
+    `source` says what the numbers are: "allocator" (the backend's caching allocator) on
+    accelerators, "process-rss" (resident set of this process) on the cpu. None if nothing is
+    known.
+    """
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        stats = {
+            "allocated": _proc_status_bytes("VmRSS"),
+            "peak_allocated": _peak_rss_bytes(),
+            "total": _total_ram_bytes(),
+        }
+        source = "process-rss"
+    else:
+        mem_info = _optional(torch.accelerator.get_memory_info, dev)
+        stats = {
+            "allocated": _optional(torch.accelerator.memory_allocated, dev),
+            "reserved": _optional(torch.accelerator.memory_reserved, dev),
+            "peak_allocated": _optional(torch.accelerator.max_memory_allocated, dev),
+            "total": mem_info[1] if mem_info else None,
+        }
+        source = "allocator"
+    known = {k: int(v) for k, v in stats.items() if v is not None}
+    return {**known, "source": source} if known else None
+
+
+def reset_peak_memory(device: str) -> bool:
+    """Start a new peak-memory window; False when the device cannot reset its peak."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        try:
+            torch.accelerator.reset_peak_memory_stats(dev)
+        except (RuntimeError, NotImplementedError, AttributeError, ValueError):
+            return False
+        return True
+    try:
+        # Linux >= 4.0: writing 5 resets VmHWM (the peak RSS) to the current RSS.
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether an exception means the device or host ran out of memory."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    if isinstance(exc, RuntimeError):
+        text = str(exc).lower()
+        return any(
+            s in text for s in ("can't allocate memory", "not enough memory", "out of memory")
+        )
+    return False
+
+
+# -- cache flush ----------------------------------------------------------------------------------
+def _parse_size(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": MiB, "G": GiB}[m.group(2)]
+
+
+def _cpu_last_level_cache_bytes() -> int | None:
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            size = _parse_size(f.read_text())
+        except OSError:
+            continue
+        if size:
+            sizes.append(size)
+    return max(sizes) if sizes else None
+
+
+def _flush_bytes(device: str) -> int:
+    if device_type(device) != "cpu":
+        return _ACCEL_FLUSH_BYTES
+    llc = _cpu_last_level_cache_bytes()
+    # Twice the size, since caches replace only approximately least-recently-used lines.
+    return 2 * llc if llc else _CPU_FLUSH_FALLBACK_BYTES
+
+
+def flush_cache(device: str) -> None:
+    """Evict the device's last-level cache by writing a buffer larger than it.
+
+    For microbenchmarks, so a repeat does not read inputs the previous one left cached. The
+    buffer is allocated once per device and reused.
+    """
+    buf = _flush_buffers.get(device)
+    if buf is None:
+        buf = torch.empty(_flush_bytes(device) // 4, dtype=torch.int32, device=device)
+        _flush_buffers[device] = buf
+    buf.zero_()
+
+
+# -- identity -------------------------------------------------------------------------------------
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _runtime_versions() -> dict[str, str]:
+    versions = {"torch": torch.__version__}
+    for name in ("cuda", "hip", "xpu"):
+        value = getattr(torch.version, name, None)
+        if value:
+            versions[name] = str(value)
+    if torch.backends.cudnn.is_available():
+        versions["cudnn"] = str(torch.backends.cudnn.version())
+    return versions
+
+
+def _cuda_properties(index: int) -> dict[str, Any]:
+    p = torch.cuda.get_device_properties(index)
+    props: dict[str, Any] = {
+        "name": p.name,
+        "total_memory": p.total_memory,
+        "capability": f"{p.major}.{p.minor}",
+        "multi_processor_count": p.multi_processor_count,
+    }
+    for attr in ("gcnArchName", "L2_cache_size", "uuid"):
+        value = getattr(p, attr, None)
+        if value:
+            props[attr.lower()] = str(value) if attr == "uuid" else value
+    return props
+
+
+def _xpu_properties(index: int) -> dict[str, Any]:
+    p = torch.xpu.get_device_properties(index)
+    props: dict[str, Any] = {"name": p.name, "total_memory": p.total_memory}
+    for attr in ("driver_version", "max_compute_units", "gpu_subslice_count"):
+        value = getattr(p, attr, None)
+        if value:
+            props[attr] = value
+    return props
+
+
+def _accelerator_properties(dev: torch.device) -> dict[str, Any]:
+    """Name and memory through the generic API, plus what the backend module offers."""
+    module = getattr(torch, dev.type, None)
+    get_name = getattr(module, "get_device_name", None)
+    name = _optional(get_name, dev.index or 0) if get_name else None
+    if name is None and dev.type == "mps":
+        name = f"{_cpu_name()} (MPS)"  # the GPU is part of the Apple SoC the cpu names
+    props: dict[str, Any] = {"name": name or dev.type}
+    mem_info = _optional(torch.accelerator.get_memory_info, dev)
+    if mem_info:
+        props["total_memory"] = int(mem_info[1])
+    caps = _optional(torch.accelerator.get_device_capability, dev)
+    if caps and "supported_dtypes" in caps:
+        props["supported_dtypes"] = sorted(
+            str(d).removeprefix("torch.") for d in caps["supported_dtypes"]
+        )
+    version = getattr(module, "__version__", None)
+    if version:
+        props[f"{dev.type}_version"] = str(version)
+    return props
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """What this device is: name, type, index, total_memory, properties, runtime versions."""
+    dev = torch.device(device)
+    info: dict[str, Any] = {"device": device, "type": dev.type, "index": dev.index}
+    if dev.type == "cpu":
+        info.update(
+            name=_cpu_name(),
+            total_memory=_total_ram_bytes(),
+            threads=torch.get_num_threads(),
+            logical_cpus=os.cpu_count(),
+            machine=platform.machine(),
+        )
+    elif dev.type == "cuda":
+        info.update(_cuda_properties(dev.index or 0))
+    elif dev.type == "xpu":
+        info.update(_xpu_properties(dev.index or 0))
+    else:
+        info.update(_accelerator_properties(dev))
+    info["runtime"] = _runtime_versions()
+    return info
+
+
+def device_key(device: str) -> str:
+    """A stable identity for a measured peak: same hardware, thread count and torch, same key.
+
+    e.g. 'cpu|AMD EPYC 9654|threads=2|torch=2.13.0' or 'cuda|NVIDIA H200|mem=140GiB|torch=2.13.0'.
+    Memory separates MIG slices and board variants; the torch version is in the key because a
+    new BLAS can move the achievable peak, and a stale calibration would skew MFU.
+    """
+    info = device_info(device)
+    parts = [info["type"], info["name"]]
+    if info["type"] == "cpu":
+        parts.append(f"threads={info['threads']}")
+    elif info.get("total_memory"):
+        parts.append(f"mem={round(info['total_memory'] / GiB)}GiB")
+    parts.append(f"torch={torch.__version__.split('+')[0]}")
+    return "|".join(parts)
+
+
+# -- peak FLOP/s ----------------------------------------------------------------------------------
+def _time_matmuls(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int, clock: Timer
+) -> float:
+    clock.start()
+    for _ in range(count):
+        torch.matmul(a, b, out=out)
+    return clock.stop()
+
+
+def _operands(n: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, ...]:
+    # Random normal inputs, not zeros: tensor-core power, and hence clocks, depend on the bits.
+    # Drawn in fp32 because not every backend has a random kernel for every dtype.
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    return a, b, torch.empty(n, n, device=device, dtype=dtype)
+
+
+def _grow_size(
+    device: str,
+    tdtype: torch.dtype,
+    sizes: tuple[int, int],
+    target_s: float,
+    repeats: int,
+    deadline: float,
+    clock: Timer,
+) -> tuple[int, tuple[torch.Tensor, ...], float]:
+    """Double n from sizes[0] to sizes[1]; return the size to sample, its operands, one time.
+
+    Growth goes on while a product is shorter than `target_s` (too short to time well) or the
+    throughput still rises by 5% (BLAS efficiency climbs with size), as long as the next size,
+    probed and sampled, fits before `deadline`. A size that runs out of memory ends the growth.
+    """
+    n, max_n = sizes
+    best: tuple[int, tuple[torch.Tensor, ...], float] | None = None
+    while True:
+        try:
+            ops = _operands(n, tdtype, device)
+            if best is None:
+                _time_matmuls(*ops, 1, clock)  # the first call pays library and kernel setup
+            t = _time_matmuls(*ops, 1, clock)
+        except (RuntimeError, MemoryError) as e:
+            if best is None or not is_oom(e):
+                raise
+            return best
+        improving = best is None or best[2] * 8 / t >= 1.05  # rate(2n) / rate(n)
+        best = (n, ops, t)
+        next_cost = 8 * t * (1 + repeats)
+        if (
+            2 * n > max_n
+            or (t >= target_s and not improving)
+            or time.perf_counter() + next_cost > deadline
+        ):
+            return best
+        n *= 2
+
+
+def calibrate_peak(
+    device: str,
+    dtype: str,
+    *,
+    start_n: int | None = None,
+    max_n: int | None = None,
+    target_s: float = 0.05,
+    repeats: int = 5,
+    budget_s: float | None = None,
+) -> dict[str, Any]:
+    """Measure the achievable matmul peak: {"peak_flops", "n", "tflops_samples", "clock", ...}.
+
+    Square matmuls grow by doubling from `start_n` up to `max_n` (see `_grow_size`) until a
+    product takes at least `target_s` and bigger ones stop paying; then the best of `repeats`
+    samples, each `products_per_sample` back-to-back products lasting about `target_s`, so
+    launch overhead and timer resolution do not matter. Sampling stops early once `budget_s` is
+    spent (at least one sample is always taken).
+
+    Defaults: 1024..8192 and 30 s on accelerators; 256..4096 and 5 s on the cpu, where some
+    dtypes (fp16 without native support) run a hundred times slower than others.
+    """
+    on_cpu = device_type(device) == "cpu"
+    sizes = (start_n or (256 if on_cpu else 1024), max_n or (4096 if on_cpu else 8192))
+    budget_s = budget_s if budget_s is not None else (5.0 if on_cpu else 30.0)
+    clock = Timer(device)
+    deadline = time.perf_counter() + budget_s
+    n, ops, t_one = _grow_size(
+        device, torch_dtype(dtype), sizes, target_s, repeats, deadline, clock
+    )
+
+    per_sample = max(1, math.ceil(target_s / max(t_one, 1e-9)))
+    flops = 2.0 * n**3 * per_sample
+    samples: list[float] = []
+    for _ in range(repeats):
+        samples.append(flops / _time_matmuls(*ops, per_sample, clock) / 1e12)
+        if time.perf_counter() >= deadline:
+            break
+    return {
+        "peak_flops": max(samples) * 1e12,
+        "n": n,
+        "dtype": dtype,
+        "products_per_sample": per_sample,
+        "tflops_samples": samples,
+        "clock": clock.clock,
+    }
+
+
+def _measured_record(
+    kind: str | None, dtype: str, calib: dict[str, Any], key: str
+) -> dict[str, Any]:
+    n = calib["n"]
+    return {
+        "flops": float(calib["peak_flops"]),
+        "source": "measured",
+        "kind": kind,
+        "label": f"vs measured peak ({dtype} matmul calibration, {n}³)",
+        "device_key": key,
+        "n": n,
+        "measured_at": calib.get("measured_at"),
+    }
+
+
+def resolve_peak(device: str, dtype: str, store: Store | None = None) -> dict[str, Any]:
+    """The peak FLOP/s to compute MFU against: {"flops", "source", "kind", "label", ...}.
+
+    From the peak table when the device's name is a known kind with a figure for `dtype`;
+    otherwise measured by `calibrate_peak` (the cpu always is), and cached in `store` under
+    `device_key` so a later run on the same machine reuses it. Never another device's peak.
+    """
+    torch_dtype(dtype)
+    info = device_info(device)
+    kind = None if info["type"] == "cpu" else match_kind(str(info["name"]))
+    if kind is not None and dtype in PEAKS[kind]:
+        return {
+            "flops": PEAKS[kind][dtype],
+            "source": "table",
+            "kind": kind,
+            "label": f"{kind.upper()} {dtype} dense peak (table)",
+        }
+    key = device_key(device)
+    cached = store.get_calibration(key, dtype) if store is not None else None
+    if cached is not None:
+        return _measured_record(kind, dtype, cached, key)
+    calib = calibrate_peak(device, dtype)
+    if store is not None:
+        details = {k: v for k, v in calib.items() if k != "peak_flops"}
+        store.put_calibration(key, dtype, calib["peak_flops"], details)
+        calib = store.get_calibration(key, dtype) or calib
+    return _measured_record(kind, dtype, calib, key)

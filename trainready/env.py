@@ -1,0 +1,118 @@
+"""Environment snapshot stored with every run: enough to reproduce it, or to explain a difference."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# Variables that change what torch, compilers, collectives or vendor stacks do.
+ENV_PREFIXES = (
+    "TORCH",
+    "PYTORCH",
+    "TORCHINDUCTOR",
+    "CUDA",
+    "CUBLAS",
+    "CUDNN",
+    "NCCL",
+    "NVIDIA",
+    "HIP",
+    "ROCM",
+    "HSA",
+    "MIOPEN",
+    "RCCL",
+    "NEURON",
+    "XLA",
+    "PJRT",
+    "TPU",
+    "ZE_",
+    "ONEAPI",
+    "SYCL",
+    "CCL",
+    "OMP",
+    "MKL",
+    "KMP",
+    "OPENBLAS",
+    "HF_",
+    "TRANSFORMERS",
+    "TRAINREADY",
+)
+
+# Vendor stack packages whose versions matter when present.
+PACKAGES = (
+    "torch",
+    "transformers",
+    "triton",
+    "pytorch-triton-rocm",
+    "torch-neuronx",
+    "neuronx-cc",
+    "torch-xla",
+    "intel-extension-for-pytorch",
+    "torchtitan",
+    "numpy",
+    "trainready",
+)
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def relevant_env_vars() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def git_sha() -> str | None:
+    """The project's own commit, when it runs from a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = out.stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+    ).stdout.strip()
+    return sha + ("-dirty" if dirty else "")
+
+
+def snapshot(device: str) -> dict[str, Any]:
+    import torch
+
+    from trainready.device import device_info
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_hip": getattr(torch.version, "hip", None),
+        "torch_git": getattr(torch.version, "git_version", None),
+        "packages": package_versions(),
+        "env_vars": relevant_env_vars(),
+        "device": device_info(device),
+        "git_sha": git_sha(),
+        "command": " ".join(sys.argv),
+    }

@@ -1,0 +1,55 @@
+"""Reports of stored runs: Markdown, JSON, JUnit XML and a self-contained HTML scorecard.
+
+    render(store, ["RUN", "REF"], "html")   # the first run is the primary; the others references
+    write_reports(store, ["RUN"], "out/")   # every format, one file each
+
+The terminal summary is `trainready.report.terminal.print_summary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from trainready.config import check_choice
+from trainready.core.store import Store
+from trainready.report import html, json_report, junit, markdown
+from trainready.report.model import Report, build_report
+
+FORMATS = ("md", "json", "junit", "html")
+FILE_NAMES = {
+    "md": "report.md",
+    "json": "report.json",
+    "junit": "report.junit.xml",
+    "html": "report.html",
+}
+_RENDERERS: dict[str, Callable[[Report], str]] = {
+    "md": markdown.render,
+    "json": json_report.render,
+    "junit": junit.render,
+    "html": html.render,
+}
+
+
+def render(store: Store, run_ids: list[str], fmt: str) -> str:
+    """One report of `run_ids` (primary first, compared with the rest) in format `fmt`."""
+    check_choice("report format", fmt, FORMATS)
+    return _RENDERERS[fmt](build_report(store, run_ids))
+
+
+def write_reports(
+    store: Store, run_ids: list[str], out_dir: str | Path, formats: Iterable[str] = FORMATS
+) -> dict[str, Path]:
+    """Write each format to `out_dir` (report.md, report.json, ...) and return the paths."""
+    formats = [check_choice("report format", f, FORMATS) for f in formats]
+    report = build_report(store, run_ids)  # read the store once, whatever the number of formats
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for f in formats:
+        paths[f] = out / FILE_NAMES[f]
+        paths[f].write_text(_RENDERERS[f](report), encoding="utf-8")
+    return paths
+
+
+__all__ = ["FORMATS", "FILE_NAMES", "render", "write_reports"]

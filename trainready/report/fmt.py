@@ -1,0 +1,91 @@
+"""How values read in every human-facing format, and the one status palette they share."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainready.report.model import NOT_RUN
+
+# Hex colours work in CSS, SVG and rich alike. Green passes, reds fail, greys are gaps.
+STATUS_COLORS = {
+    "pass": "#1a7f37",
+    "fail_numerics": "#cf222e",
+    "fail_compile": "#bc4c00",
+    "fail_run": "#a40e26",
+    "timeout": "#9a6700",
+    "crash": "#82071e",
+    "oom": "#8250df",
+    "unsupported": "#57606a",
+    "skipped": "#8c959f",
+    NOT_RUN: "#6e7781",
+}
+
+
+def status(value: str) -> str:
+    return "not run" if value == NOT_RUN else value
+
+
+def text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(text(v) for v in value)
+    if isinstance(value, float):
+        return number(value)
+    return str(value)
+
+
+def number(value: float) -> str:
+    """Three significant digits or so, without exponents for everyday magnitudes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{value:,.0f}"
+    if a >= 100:
+        return f"{value:.1f}"
+    if a >= 1:
+        return f"{value:.2f}"
+    if a >= 0.001:
+        return f"{value:.4f}".rstrip("0")
+    return f"{value:.2e}"
+
+
+def percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.3g}×"
+
+
+# Metrics whose raw value is not what people read: MFU is stored as a fraction of peak.
+METRIC_SHOW = {"mfu": percent}
+
+
+def metric(name: str) -> Callable[[float], str]:
+    """How a metric's value reads (a plain number unless the metric says otherwise)."""
+    return METRIC_SHOW.get(name, number)
+
+
+def timestamp(epoch: float | None) -> str:
+    if epoch is None:
+        return "unfinished"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys, so any environment snapshot renders as one key/value table."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    if not value and prefix:
+        return {prefix: ""}
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out

@@ -1,0 +1,178 @@
+"""The matmul sweep as an evaluator publishes it: MFU against GFLOP per M, and the shape table.
+
+MFU is a fraction of a peak that is either a datasheet number or a measured one; the suite says
+which in diagnostics["peak_label"], and every MFU shown here carries that label.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from trainready.core.case import Result
+from trainready.report import fmt
+from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
+from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
+from trainready.report.model import Report, RunView, finite
+
+SUITE = "matmul"
+PASS_ORDER = {"fwd": 0, "dX": 1, "dW": 2}
+
+
+def _gflop(r: Result) -> float | None:
+    if finite(r.metrics.get("gflop")):
+        return r.metrics["gflop"]
+    p = r.case.params
+    if all(isinstance(p.get(k), int) for k in "MNK"):
+        return 2 * p["M"] * p["N"] * p["K"] / 1e9
+    return None
+
+
+def _sort_key(r: Result) -> tuple:
+    p = r.case.params
+    return (
+        str(p.get("model", "")),
+        str(p.get("op", "")),
+        p.get("M", 0),
+        PASS_ORDER.get(p.get("pass"), 9),
+    )
+
+
+def _measured(run: RunView, metric: str) -> list[Result]:
+    """Passing cases with the metric: a wrong or failed matmul has no speed worth plotting."""
+    return [r for r in run.in_suite(SUITE) if r.status == "pass" and finite(r.metrics.get(metric))]
+
+
+def _ms(results: list[Result]) -> list:
+    return sorted({r.case.params.get("M") for r in results}, key=lambda m: (m is None, m or 0))
+
+
+def peak_label(results: list[Result]) -> str:
+    labels = {r.diagnostics.get("peak_label") for r in results if "mfu" in r.metrics}
+    return "; ".join(sorted(str(label) for label in labels if label))
+
+
+def _median_mfu(label: str, results: list[Result]) -> Stat:
+    n = len(results)
+    note = f"{n} passing {'case' if n == 1 else 'cases'}"
+    note = f"{peak_label(results)}, {note}" if peak_label(results) else note
+    return Stat(label, statistics.median(r.metrics["mfu"] for r in results), fmt.percent, note)
+
+
+def headlines(run: RunView) -> list[Stat]:
+    measured = _measured(run, "mfu")
+    return [_median_mfu("median matmul MFU", measured)] if measured else []
+
+
+def section(report: Report, suite: str) -> list[Block]:
+    blocks: list[Block] = []
+    stats = []
+    for run in report.runs:
+        measured = _measured(run, "mfu")
+        prefix = f"{run.label}: " if report.multi else ""
+        for m in _ms(measured):
+            at_m = [r for r in measured if r.case.params.get("M") == m]
+            stats.append(_median_mfu(f"{prefix}median MFU at M={m}", at_m))
+    if stats:
+        blocks.append(Stats(stats))
+    blocks.append(chart(report))
+    blocks.append(table(report))
+    return blocks
+
+
+def chart(report: Report) -> Chart:
+    # MFU when every run knows its peak; otherwise TFLOP/s, which needs no peak.
+    metric = "mfu" if all(_measured(run, "mfu") for run in report.runs) else "tflops"
+    y_label = "MFU %" if metric == "mfu" else "TFLOP/s"
+    measured = [_measured(run, metric) for run in report.runs]
+    ms = _ms([r for results in measured for r in results])
+    series = []
+    for i, (run, results) in enumerate(zip(report.runs, measured, strict=True)):
+        for j, m in enumerate(ms):
+            at_m = [r for r in results if r.case.params.get("M") == m]
+            points = [p for r in at_m if (p := _point(r, metric)) is not None]
+            if points:
+                name = f"{run.label} M={m}" if report.multi else f"M={m}"
+                # Colour says M, marker says device: same-M series of two devices sit side by side.
+                color, marker = PALETTE[j % len(PALETTE)], MARKERS[i % len(MARKERS)]
+                series.append(Series(name, points, color, marker))
+    peaks = [(run.label, peak_label(_measured(run, "mfu"))) for run in report.runs]
+    peaks_text = ", ".join(f"{p} ({name})" if report.multi else p for name, p in peaks if p)
+    title = f"Matmul {y_label} against problem size"
+    caption = f"{title}, one series per M, passing cases only"
+    if metric == "mfu" and peaks_text:
+        caption += f"; MFU {peaks_text}"
+    svg = xy_chart(
+        series, Axis("GFLOP per matmul", log=True), Axis(y_label, zero=True), title=title
+    )
+    return Chart(svg, caption)
+
+
+def _point(r: Result, metric: str) -> Point | None:
+    gflop = _gflop(r)
+    if gflop is None:
+        return None
+    p, value = r.case.params, r.metrics[metric]
+    shown = fmt.percent(value) + " MFU" if metric == "mfu" else f"{fmt.number(value)} TFLOP/s"
+    tip = (
+        f"{p.get('model')} {p.get('op')} {p.get('pass')} M={p.get('M')} N={p.get('N')} K={p.get('K')}: "
+        f"{fmt.number(gflop)} GFLOP, {shown}"
+    )
+    return Point(gflop, value * 100 if metric == "mfu" else value, tip)
+
+
+def table(report: Report) -> Table:
+    rows_by_run = [(run, sorted(run.in_suite(SUITE), key=_sort_key)) for run in report.runs]
+    labels = {peak_label([r]) for _, results in rows_by_run for r in results if "mfu" in r.metrics}
+    # One label for every MFU: say it in the header; several: a column, so no cell is ambiguous.
+    per_row_peak = len(labels) > 1
+    single = next(iter(labels), "")
+    columns = [
+        *([Column("run")] if report.multi else []),
+        Column("model"),
+        Column("op"),
+        num("M"),
+        num("N"),
+        num("K"),
+        Column("pass"),
+        num("GFLOP"),
+        num("time ms"),
+        num("TFLOP/s"),
+        num(f"MFU % ({single})" if single and not per_row_peak else "MFU %", _mfu_percent),
+        *([Column("peak")] if per_row_peak else []),
+        STATUS,
+    ]
+    rows = []
+    for run, results in rows_by_run:
+        for r in results:
+            p, m = r.case.params, r.metrics
+            rows.append(
+                [
+                    *([run.label] if report.multi else []),
+                    p.get("model"),
+                    p.get("op"),
+                    p.get("M"),
+                    p.get("N"),
+                    p.get("K"),
+                    p.get("pass"),
+                    _gflop(r),
+                    m.get("time_ms"),
+                    m.get("tflops"),
+                    m.get("mfu"),
+                    *([peak_label([r]) or None] if per_row_peak else []),
+                    r.status,
+                ]
+            )
+    dtypes = sorted(
+        {
+            str(r.case.params["dtype"])
+            for _, rs in rows_by_run
+            for r in rs
+            if "dtype" in r.case.params
+        }
+    )
+    caption = "Matmul shapes" + (f" ({', '.join(dtypes)})" if dtypes else "")
+    return Table(columns, rows, caption, drill_down=True)
+
+
+def _mfu_percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f}"

@@ -1,0 +1,45 @@
+"""Suites: one module per capability. Each defines
+
+    NAME: str
+    DEFAULT_DTYPE: str | None
+    DEFAULT_BUDGET_S: float
+    def cases(cfg: RunConfig) -> list[Case]
+    def execute(case: Case, ctx: CaseContext) -> Outcome
+
+and nothing else is required of it. The runner imports a suite by name in each worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from trainready.config import ConfigError
+
+# Built-in suites, in the order `run all` uses (fast, informative suites first).
+SUITES: dict[str, str] = {
+    "matmul": "trainready.suites.matmul",
+}
+
+
+def expand(names: list[str]) -> list[str]:
+    """'all' stands for every built-in suite, in the order above."""
+    out: list[str] = []
+    for name in names:
+        for n in SUITES if name == "all" else [name]:
+            if n not in out:
+                out.append(n)
+    return out
+
+
+def load_suite(name: str) -> ModuleType:
+    """A built-in suite by name, or any module by dotted path (tests plug in their own suites)."""
+    path = SUITES.get(name)
+    if path is None and "." in name:
+        path = name
+    if path is None:
+        raise ConfigError(f"unknown suite {name!r}; valid: {', '.join(SUITES)}")
+    try:
+        return importlib.import_module(path)
+    except ImportError as e:
+        raise ConfigError(f"cannot import suite {name!r}: {e}") from None
