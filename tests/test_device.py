@@ -146,9 +146,9 @@ def test_calibrate_peak_on_cpu_is_plausible_and_quick():
 
 def test_calibrate_peak_respects_its_budget():
     t0 = time.perf_counter()
-    c = dev.calibrate_peak("cpu", "fp32", start_n=256, max_n=4096, repeats=50, budget_s=0.3)
+    c = dev.calibrate_peak("cpu", "fp32", start_n=256, max_n=4096, repeats=1000, budget_s=0.3)
     assert time.perf_counter() - t0 < 2
-    assert len(c["tflops_samples"]) < 50
+    assert 1 <= len(c["tflops_samples"]) < 1000
 
 
 @pytest.fixture

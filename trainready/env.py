@@ -68,8 +68,16 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+# Never store credentials (HF_TOKEN and friends): runs and their reports get shared.
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "CREDENTIAL")
+
+
 def relevant_env_vars() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    return {
+        k: "(redacted)" if any(m in k.upper() for m in SECRET_MARKERS) else v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(ENV_PREFIXES)
+    }
 
 
 def git_sha() -> str | None:

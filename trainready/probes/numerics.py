@@ -13,6 +13,11 @@ The baseline is `cpu_lowp`, the same computation on the CPU in the case dtype (r
 be a baseline that always passes -- the baseline is the reference rounded to the dtype, the error
 of the best result that dtype can hold (rule `"rmse_vs_rounded"`).
 
+Where this departs from same(): allclose is taken against the float64 reference (same() uses the
+eager result in the same dtype); the tolerance is torch.testing's per dtype rather than one `tol`
+used as both atol and rtol (its atol plays `tol` in the slack term); and there is no larger
+multiplier for small tensors.
+
 Before either rule: a shape mismatch fails (`"shape"`), and so does a non-finite value where the
 reference has a finite one, or any other difference in the non-finite pattern (`"nonfinite"`).
 """
@@ -84,11 +89,11 @@ def _rms(t: torch.Tensor) -> float:
 
 
 def _cosine(ref: torch.Tensor, actual: torch.Tensor) -> float:
-    norms = ref.norm().item() * actual.norm().item()
-    if norms == 0.0:
+    ref_norm, actual_norm = ref.norm().item(), actual.norm().item()
+    if ref_norm == 0.0 or actual_norm == 0.0:
         # Two all-zero tensors agree perfectly; one all-zero tensor has no direction to agree with.
-        return 1.0 if ref.norm().item() == actual.norm().item() else 0.0
-    return torch.dot(ref, actual).item() / norms
+        return 1.0 if ref_norm == actual_norm else 0.0
+    return torch.dot(ref, actual).item() / (ref_norm * actual_norm)
 
 
 def _errors(ref: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
@@ -110,16 +115,20 @@ def _errors(ref: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
     }
 
 
+def _shape_errors(ref64: torch.Tensor, actual: torch.Tensor) -> dict[str, Any] | None:
+    if tuple(ref64.shape) == tuple(actual.shape):
+        return None
+    return {
+        "shape_mismatch": True,
+        "ref_shape": list(ref64.shape),
+        "actual_shape": list(actual.shape),
+    }
+
+
 def tensor_errors(ref64: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
     """max_abs, max_rel (guarded denominators), rmse, cosine of `actual` against `ref64`, plus
     `nonfinite` (positions whose non-finite pattern differs) and `shape_mismatch`."""
-    if tuple(ref64.shape) != tuple(actual.shape):
-        return {
-            "shape_mismatch": True,
-            "ref_shape": list(ref64.shape),
-            "actual_shape": list(actual.shape),
-        }
-    return _errors(_f64(ref64), _f64(actual))
+    return _shape_errors(ref64, actual) or _errors(_f64(ref64), _f64(actual))
 
 
 def _tol_ratio(ref: torch.Tensor, actual: torch.Tensor, tol: Tol) -> float:
@@ -155,12 +164,13 @@ def compare(
 ) -> Verdict:
     """The verdict on `device_out` against the float64 reference (rule in the module docstring)."""
     check_choice("dtype", dtype, DTYPES)
-    errors = tensor_errors(ref64, device_out)
-    if errors["shape_mismatch"]:
-        return Verdict(False, "shape", errors)
+    shape_errors = _shape_errors(ref64, device_out)
+    if shape_errors:
+        return Verdict(False, "shape", shape_errors)
+    ref, actual = _f64(ref64), _f64(device_out)
+    errors = _errors(ref, actual)
     if errors["nonfinite"]:
         return Verdict(False, "nonfinite", errors)
-    ref, actual = _f64(ref64), _f64(device_out)
     tol = DTYPE_TOL[dtype]
     errors["tol_ratio"] = _tol_ratio(ref, actual, tol)
     if errors["tol_ratio"] <= 1.0:

@@ -44,30 +44,12 @@ def overview(report: Report) -> Section:
         note = f"{t.passed} of {t.total} planned cases pass, {t.failed} fail, {t.not_run} not run"
         stats.append(Stat(f"{prefix}pass rate", t.pass_rate, _percent_or_none, note))
         stats += [Stat(prefix + s.label, s.value, s.show, s.note) for s in headlines(run)]
-    runs = Table(
-        [
-            Column("run"),
-            Column("device"),
-            Column("preset"),
-            Column("suites"),
-            num("planned"),
-            num("done"),
-            num("not run"),
-            Column("finished"),
-        ],
-        [
-            [
-                r.run_id,
-                r.label,
-                r.record.preset,
-                r.record.suites,
-                r.record.planned,
-                r.total.done,
-                r.total.not_run,
-                fmt.timestamp(r.record.finished_at),
-            ]
+    runs = Text(
+        "\n".join(
+            f"{r.label}: run {r.run_id}, {r.record.preset} preset, suites {fmt.text(r.record.suites)},"
+            f" finished {fmt.timestamp(r.record.finished_at)}"
             for r in report.runs
-        ],
+        )
     )
     return Section("Overview", [Stats(stats), runs], "overview")
 

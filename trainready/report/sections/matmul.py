@@ -101,6 +101,9 @@ def chart(report: Report) -> Chart:
     caption = f"{title}, one series per M, passing cases only"
     if metric == "mfu" and peaks_text:
         caption += f"; MFU {peaks_text}"
+    without = [run.label for run in report.runs if not _measured(run, "mfu")]
+    if metric == "tflops" and without:
+        caption += f"; no MFU: no peak FLOP/s known for {', '.join(without)}"
     svg = xy_chart(
         series, Axis("GFLOP per matmul", log=True), Axis(y_label, zero=True), title=title
     )

@@ -1,0 +1,140 @@
+"""The CLI end to end: bad input is one line and exit code 2; the matmul suite runs through it and
+its report files are written and parseable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainready", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "matmul", "--device", "tpu9"], "unknown device 'tpu9'; valid:"),
+        (["run", "matmul", "--device", "cuda:0"], "not available"),
+        (["run", "matmul", "--device", "cpu", "--shard", "5/2"], "malformed --shard '5/2'"),
+        (["run", "nosuchsuite", "--device", "cpu"], "unknown suite 'nosuchsuite'; valid: matmul"),
+        (["run", "matmul", "--device", "cpu", "--preset", "huge"], "unknown preset 'huge'"),
+        (
+            [
+                "mfu",
+                "--model",
+                "gpt-17",
+                "--seq-len",
+                "8",
+                "--tokens-per-s",
+                "1",
+                "--devices",
+                "1",
+                "--peak-tflops",
+                "1",
+            ],
+            "unknown model 'gpt-17'",
+        ),  # fmt: skip
+        (["report", "does/not/exist"], "no trainready store"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
+    out_dir = tmp_path / "out"
+    if args[0] == "run":
+        args = [*args, "--out", str(out_dir)]
+    p = cli(*args, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert expected in lines[0]
+    assert not (out_dir / "trainready.db").exists()  # nothing half-written
+
+
+def test_malformed_config_json(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{ not json")
+    p = cli("mfu", "--model", str(bad), "--seq-len", "8", "--tokens-per-s", "1", "--devices", "1",
+            "--peak-tflops", "1")  # fmt: skip
+    assert p.returncode == 2 and str(bad) in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_mfu_json_torchtitan_debug_model():
+    p = cli("mfu", "--model", "qwen3-debugmodel", "--seq-len", "128", "--tokens-per-s", "1000",
+            "--devices", "2", "--peak-tflops", "100", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["flops_per_token"] == 217_093_632
+    assert got["params"] == 31_987_968
+    assert got["mfu"] == pytest.approx(217_093_632 * 500 / 100e12)
+    assert got["tflops_per_device"] == pytest.approx(217_093_632 * 500 / 1e12)
+
+
+def test_help_explains_commands():
+    p = cli("--help")
+    assert p.returncode == 0
+    for command in ("devices", "run", "report", "merge", "mfu"):
+        assert command in p.stdout
+
+
+@pytest.fixture(scope="module")
+def matmul_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli")
+    p = cli("run", "matmul", "--device", "cpu", "--preset", "quick", "--out", str(out),
+            "--filter", "matmul/Qwen3-8B/*")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out
+
+
+def test_matmul_end_to_end_reports(matmul_run):
+    [run_dir] = [d for d in matmul_run.iterdir() if d.is_dir() and d.name != "logs"]
+    report = json.loads((run_dir / "report.json").read_text())
+    results = report["runs"][0]["results"]
+    assert len(results) == 4
+    assert all(r["status"] == "pass" for r in results)
+    for r in results:
+        assert r["metrics"]["tflops"] > 0 and 0 < r["metrics"]["mfu"] < 1.5
+    junit = ET.parse(run_dir / "report.junit.xml").getroot()
+    assert sum(int(s.get("tests")) for s in junit.iter("testsuite")) == 4
+    html = (run_dir / "report.html").read_text()
+    assert "<svg" in html and "matmul/Qwen3-8B/gate_proj/M128/fwd" in html
+    md = (run_dir / "report.md").read_text()
+    assert "vs measured peak" in md
+
+
+def test_report_command_formats(matmul_run, tmp_path):
+    p = cli("report", str(matmul_run), "--format", "junit")
+    assert p.returncode == 0 and ET.fromstring(p.stdout) is not None
+    p = cli("report", str(matmul_run), "--format", "pdf")
+    assert p.returncode == 2 and "valid" in p.stderr
+
+
+def test_shards_merge_to_the_whole_run(tmp_path):
+    args = ["--device", "cpu", "--filter", "matmul/Qwen3-8B/*", "--no-report"]
+    for i in range(2):
+        assert (
+            cli(
+                "run", "matmul", *args, "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}")
+            ).returncode
+            == 0
+        )
+    p = cli("merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m"))
+    assert p.returncode == 0, p.stderr
+    from trainready.core.store import Store
+
+    with Store(tmp_path / "m", create=False) as store:
+        run = store.latest_run()
+        ids = [r.case_id for r in store.results(run.run_id)]
+    assert len(ids) == 4 and len(set(ids)) == 4 and run.planned == 4
