@@ -230,3 +230,17 @@ def test_not_run_cases_of_a_multi_suite_run_stay_visible(tmp_path):
     assert "| all | 2 | 2 | 4 | 50.0% |" in md
     assert [ts.get("name") for ts in root.findall("testsuite")] == ["matmul", "flex", "not_run"]
     assert (root.get("tests"), root.get("skipped")) == ("3", "1")
+
+
+def test_planned_cases_without_result_are_named(tmp_path):
+    """With the run's plan in the store, every gap is listed by case id, not only counted."""
+    with Store(tmp_path) as s:
+        _run(s, "partial", "H200", 3, [_matmul(C_FWD1, 0.5, "vs datasheet peak")])
+        s.add_planned("partial", [C_FWD1, C_FWD128, C_TIMEOUT])
+        md = render(s, ["partial"], "md")
+        junit = ET.fromstring(render(s, ["partial"], "junit"))
+    for case in (C_FWD128, C_TIMEOUT):
+        assert case.id in md
+    skipped = {tc.get("name") for tc in junit.iter("testcase") if tc.find("skipped") is not None}
+    assert skipped == {C_FWD128.name, C_TIMEOUT.name}
+    assert "--resume" in md

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,7 @@ def run(
                     planned=total,
                 )
             )
+            store.add_planned(run_id, [c for s in planned for c in s.cases])
         summary = RunSummary(run_id, store.db_path, planned=total, resumed=previous is not None)
         for r in store.results(run_id):
             summary.counts[r.status] += 1
@@ -181,50 +182,45 @@ def merge(sources: list[str | Path], out: str | Path) -> str:
     """Combine shard outputs (each a store directory; its latest run) into one run in `out`."""
     if not sources:
         raise ConfigError("merge needs at least one run directory")
-    runs: list[tuple[RunRecord, list[Result]]] = []
+    shards: list[tuple[RunRecord, list[Case], list[Result]]] = []
     for src in sources:
         with Store(src, create=False) as s:
-            run_ = s.latest_run()
-            runs.append((run_, s.results(run_.run_id)))
-    first = RunConfig.from_json(runs[0][0].config)
-    identity = {**first.identity(), "shard": None}
-    seen: dict[str, str] = {}
-    for run_, results in runs:
-        cfg = RunConfig.from_json(run_.config)
-        if {**cfg.identity(), "shard": None} != identity:
+            rec = s.latest_run()
+            shards.append((rec, s.planned(rec.run_id), s.results(rec.run_id)))
+    head = shards[0][0]
+
+    def settings(rec: RunRecord) -> dict[str, Any]:
+        return {**RunConfig.from_json(rec.config).identity(), "shard": None}
+
+    owner: dict[str, str] = {}
+    for rec, planned_cases, results in shards:
+        if settings(rec) != settings(head):
             raise ConfigError(
-                f"run {run_.run_id} was made with other settings than {runs[0][0].run_id}; "
+                f"run {rec.run_id} was made with other settings than {head.run_id}; "
                 "only shards of one run can be merged"
             )
-        for r in results:
-            if r.case_id in seen and seen[r.case_id] != run_.run_id:
-                raise ConfigError(
-                    f"case {r.case_id} appears in runs {seen[r.case_id]} and {run_.run_id}"
-                )
-            seen[r.case_id] = run_.run_id
-    head = runs[0][0]
-    merged_cfg = {**first.to_json(), "shard": None}
+        for case_id in {c.id for c in planned_cases} | {r.case_id for r in results}:
+            if owner.setdefault(case_id, rec.run_id) != rec.run_id:
+                raise ConfigError(f"case {case_id} is in both {owner[case_id]} and {rec.run_id}")
     run_id = new_run_id()
     with Store(out) as store:
         store.add_run(
-            RunRecord(
+            replace(
+                head,
                 run_id=run_id,
                 created_at=time.time(),
-                suites=head.suites,
-                device=head.device,
-                preset=head.preset,
-                dtype=head.dtype,
+                finished_at=None,
                 shard=None,
-                config=merged_cfg,
-                env={**head.env, "merged_from": [r.run_id for r, _ in runs]},
-                command=head.command,
-                planned=sum(r.planned or 0 for r, _ in runs),
+                config={**head.config, "shard": None},
+                env={**head.env, "merged_from": [rec.run_id for rec, _, _ in shards]},
+                planned=sum(rec.planned or 0 for rec, _, _ in shards),
             )
         )
-        for _, results in runs:
+        for _, planned_cases, results in shards:
+            store.add_planned(run_id, planned_cases)
             for r in results:
                 store.add_result(run_id, r)
-        if all(r.finished_at for r, _ in runs):
+        if all(rec.finished_at for rec, _, _ in shards):
             store.finish_run(run_id)
     return run_id
 

@@ -47,6 +47,14 @@ CREATE TABLE IF NOT EXISTS results (
     duration_s  REAL,
     PRIMARY KEY (run_id, case_id)
 );
+CREATE TABLE IF NOT EXISTS planned (  -- every case a run set out to do, so a gap has a name
+    run_id      TEXT NOT NULL REFERENCES runs(run_id),
+    case_id     TEXT NOT NULL,
+    suite       TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    PRIMARY KEY (run_id, case_id)
+);
 CREATE TABLE IF NOT EXISTS calibrations (
     device_key  TEXT NOT NULL,
     dtype       TEXT NOT NULL,
@@ -236,9 +244,24 @@ class Store:
         rows = self._db.execute("SELECT case_id FROM results WHERE run_id=?", (run_id,))
         return {r[0] for r in rows}
 
+    def add_planned(self, run_id: str, cases: list[Case]) -> None:
+        with self._db:
+            self._db.executemany(
+                "INSERT OR IGNORE INTO planned VALUES (?,?,?,?,?)",
+                [(run_id, c.id, c.suite, c.name, c.params_json()) for c in cases],
+            )
+
+    def planned(self, run_id: str) -> list[Case]:
+        rows = self._db.execute(
+            "SELECT suite, name, params FROM planned WHERE run_id=? ORDER BY suite, case_id",
+            (run_id,),
+        ).fetchall()
+        return [Case(r["suite"], r["name"], json.loads(r["params"])) for r in rows]
+
     def copy_run(self, other: Store, run_id: str) -> None:
-        """Copy a run and its results from another store (same run id)."""
+        """Copy a run, its plan and its results from another store (same run id)."""
         self.add_run(other.get_run(run_id))
+        self.add_planned(run_id, other.planned(run_id))
         for r in other.results(run_id):
             self.add_result(run_id, r)
 

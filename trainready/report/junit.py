@@ -1,8 +1,8 @@
 """The primary run as JUnit XML, for CI gates: a testsuite per suite, a testcase per case.
 
 Failing statuses are <failure type=STATUS>; unsupported and skipped are <skipped> (a gap, shown as
-one); planned cases that never ran are one <skipped> placeholder, so an interrupted run is not green
-by omission. Times are seconds.
+one); planned cases that never ran are <skipped> too, by name where the store has the plan (else
+one placeholder with their count), so an interrupted run is not green by omission. Times are seconds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ import time
 import xml.etree.ElementTree as ET
 
 from trainready.core.case import Result
-from trainready.report.model import NOT_RUN, REASON_KEYS, Report, RunView, reason
+from trainready.report.model import (
+    NOT_RUN,
+    NOT_RUN_REASON,
+    REASON_KEYS,
+    Report,
+    RunView,
+    reason,
+)
 
 SKIPPED = frozenset({"unsupported", "skipped"})
 # Diagnostics worth the CI log in full: the why, then where it came from.
@@ -32,7 +39,10 @@ def render(report: Report) -> str:
     root = ET.Element("testsuites", name=_clean(f"trainready {run.label}"))
     for suite, summary in run.suites.items():
         ts = _testsuite(root, run, suite, run.in_suite(suite))
-        if summary.not_run:
+        for case in run.not_run_in(suite):
+            tc = ET.SubElement(ts, "testcase", classname=suite, name=case.name, time="0")
+            ET.SubElement(tc, "skipped", message=f"{NOT_RUN}: {NOT_RUN_REASON}")
+        if summary.not_run and not run.not_run:
             _not_run(ts, suite, summary.not_run)
     unattributed = run.total.not_run - sum(s.not_run or 0 for s in run.suites.values())
     if unattributed:

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from trainready.config import ConfigError
-from trainready.core.case import FAILING, STATUSES, Result
+from trainready.core.case import FAILING, STATUSES, Case, Result
 from trainready.core.store import RunRecord, Store
 
 # Pseudo-status for cases a run planned but never finished: counted and shown, never hidden.
@@ -127,6 +127,7 @@ class RunView:
     suites: dict[str, SuiteSummary]
     total: SuiteSummary
     causes: list[Cause]
+    not_run: list[Case] = field(default_factory=list)  # planned cases without a result, by name
 
     @property
     def run_id(self) -> str:
@@ -138,6 +139,9 @@ class RunView:
 
     def in_suite(self, suite: str) -> list[Result]:
         return [r for r in self.results if r.case.suite == suite]
+
+    def not_run_in(self, suite: str) -> list[Case]:
+        return [c for c in self.not_run if c.suite == suite]
 
 
 @dataclass
@@ -227,7 +231,10 @@ class Report:
 
     def aligned(self, suite: str) -> list[tuple[str, list[Result | None]]]:
         """Every case id of `suite` in any run, with each run's result (None: not run there)."""
-        ids = sorted({r.case_id for run in self.runs for r in run.in_suite(suite)})
+        ids = sorted(
+            {r.case_id for run in self.runs for r in run.in_suite(suite)}
+            | {c.id for run in self.runs for c in run.not_run_in(suite)}
+        )
         return [(cid, [run.by_id.get(cid) for run in self.runs]) for cid in ids]
 
 
@@ -251,19 +258,32 @@ def _causes(results: Iterable[Result]) -> list[Cause]:
     return causes
 
 
-def build_run(record: RunRecord, results: list[Result], label: str) -> RunView:
+NOT_RUN_REASON = "planned, but no result (interrupted run? finish it with --resume)"
+
+
+def build_run(
+    record: RunRecord, results: list[Result], label: str, planned: list[Case] | None = None
+) -> RunView:
+    """`planned`: the cases the run set out to do; without it (older stores) gaps are a count."""
+    done = {r.case_id for r in results}
+    not_run = [c for c in planned or [] if c.id not in done]
     suites = list(dict.fromkeys([*record.suites, *(r.case.suite for r in results)]))
-    missing = max((record.planned or 0) - len(results), 0)
+    missing = len(not_run) if planned else max((record.planned or 0) - len(results), 0)
+
+    def missing_in(suite: str) -> int | None:
+        if planned:
+            return sum(c.suite == suite for c in not_run)
+        return missing if len(suites) == 1 else None
+
     per_suite = {
-        s: SuiteSummary(
-            s,
-            _counts(r for r in results if r.case.suite == s),
-            missing if len(suites) == 1 else None,
-        )
+        s: SuiteSummary(s, _counts(r for r in results if r.case.suite == s), missing_in(s))
         for s in suites
     }
     total = SuiteSummary("all", _counts(results), missing)
-    return RunView(record, results, label, per_suite, total, _causes(results))
+    causes = _causes(results)
+    if not_run:
+        causes.append(Cause(NOT_RUN, None, NOT_RUN_REASON, [c.id for c in not_run]))
+    return RunView(record, results, label, per_suite, total, causes, not_run)
 
 
 def _labels(records: list[RunRecord]) -> list[str]:
@@ -311,7 +331,7 @@ def build_report(store: Store, run_ids: list[str]) -> Report:
     records = [store.get_run(rid) for rid in run_ids]
     records = [replace(r, env=redacted(r.env), config=redacted(r.config)) for r in records]
     runs = [
-        build_run(rec, store.results(rec.run_id), label)
+        build_run(rec, store.results(rec.run_id), label, store.planned(rec.run_id))
         for rec, label in zip(records, _labels(records), strict=True)
     ]
     return Report(runs, [compare(runs[0], ref) for ref in runs[1:]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Column, Table, Text, num
-from trainready.report.model import NOT_RUN, Report, key_metrics, reason
+from trainready.report.model import NOT_RUN, NOT_RUN_REASON, Report, key_metrics, reason
 
 
 def counts(report: Report, suite: str) -> Text:
@@ -51,6 +51,13 @@ def drill_down(report: Report, suite: str) -> list[Block]:
         ]
         for run in report.runs
         for r in run.in_suite(suite)
+    ]
+    rows += [  # planned cases without a result: listed, never hidden
+        [*([run.label] if report.multi else []), c.id, NOT_RUN, None, None]
+        + [None] * len(metrics)
+        + [NOT_RUN_REASON]
+        for run in report.runs
+        for c in run.not_run_in(suite)
     ]
     blocks: list[Block] = [Table(columns, rows, f"All {suite} cases", drill_down=True)]
     if report.multi:
