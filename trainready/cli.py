@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from trainready import api
+from trainready.clikit import console, fail, guard
+from trainready.commands import register_all
 from trainready.config import PRESETS, ConfigError
-from trainready.core.store import StoreError
 
 app = typer.Typer(
     name="trainready",
@@ -26,32 +26,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _guard(fn):
-    """Turn user-input errors into one line and exit code 2."""
-
-    def wrapped(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ConfigError, StoreError) as e:
-            _fail(str(e))
-
-    wrapped.__name__ = fn.__name__
-    wrapped.__doc__ = fn.__doc__
-    wrapped.__wrapped__ = fn
-    return wrapped
 
 
 @app.command()
-@_guard
+@guard
 def devices(
     out: Annotated[Path, typer.Option(help="Store that caches measured peaks.")] = Path(
         api.DEFAULT_OUT
@@ -84,7 +62,7 @@ def devices(
 
 
 @app.command()
-@_guard
+@guard
 def run(
     suites: Annotated[list[str], typer.Argument(help="Suites to run, e.g. matmul.")],
     device: Annotated[
@@ -119,9 +97,66 @@ def run(
     report: Annotated[
         bool, typer.Option(help="Write report files into OUT/RUN_ID/ at the end.")
     ] = True,
+    compile_backend: Annotated[
+        str | None,
+        typer.Option(
+            help="torch.compile backend for compiled cases (default inductor).",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes (ranks) for distributed suites (train, dist).",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
+    pg_backend: Annotated[
+        str | None,
+        typer.Option(
+            help="Process-group backend (default: per device: gloo, nccl, xccl…).",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
+    variants: Annotated[
+        Path | None,
+        typer.Option(
+            help="Python file of extra FlexAttention variants (flex).",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="A stored run to compare numerics against (parity): DIR or DIR:RUN_ID.",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(help="Capture a profiler trace (train).", rich_help_panel="Suite options"),
+    ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Any suite option as KEY=VALUE (VALUE parsed as JSON when it is).",
+            rich_help_panel="Suite options",
+        ),
+    ] = None,
 ) -> None:
     """Run suites on a device. Results are stored as they arrive; Ctrl-C keeps them (--resume)."""
     from trainready.progress import RichObserver
+
+    options = suite_options(
+        set_,
+        compile_backend=compile_backend,
+        nproc=nproc,
+        pg_backend=pg_backend,
+        variants=str(variants.resolve()) if variants else None,
+        baseline=baseline,
+        profile=profile or None,
+    )
 
     with RichObserver(console) as obs:
         try:
@@ -137,14 +172,29 @@ def run(
                 filter=filter,
                 dtype=dtype,
                 mem_limit_mb=mem_limit_mb,
+                options=options,
                 observer=obs,
             )
         except KeyboardInterrupt:
             obs.progress.stop()
-            _fail("interrupted: finished cases are stored; rerun with --resume to finish", 130)
+            fail("interrupted: finished cases are stored; rerun with --resume to finish", 130)
     _print_summary(out, summary.run_id)
     if report:
         _write_reports(out, [f"{out}:{summary.run_id}"], out / summary.run_id, None)
+
+
+def suite_options(pairs: list[str] | None, **flags: object) -> dict[str, object]:
+    """Suite options from the named flags that were given, plus --set KEY=VALUE pairs."""
+    options: dict[str, object] = {k: v for k, v in flags.items() if v is not None}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"malformed --set {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
 
 
 def _print_summary(out: Path, run_id: str) -> None:
@@ -166,7 +216,7 @@ def _write_reports(out: Path, refs: list[str], dest: Path, formats: list[str] | 
 
 
 @app.command()
-@_guard
+@guard
 def report(
     runs: Annotated[
         list[str],
@@ -197,7 +247,7 @@ def report(
 
 
 @app.command()
-@_guard
+@guard
 def merge(
     runs: Annotated[list[str], typer.Argument(help="Shard output directories to combine.")],
     out: Annotated[Path, typer.Option(help="Directory for the merged run.")] = Path("merged"),
@@ -209,7 +259,7 @@ def merge(
 
 
 @app.command()
-@_guard
+@guard
 def mfu(
     model: Annotated[
         str, typer.Option(help="A named config (e.g. qwen3-8b) or a config.json path.")
@@ -244,6 +294,9 @@ def mfu(
 
 def main() -> None:
     app()
+
+
+register_all(app)
 
 
 if __name__ == "__main__":

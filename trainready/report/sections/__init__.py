@@ -1,24 +1,32 @@
 """Per-suite report sections. Every suite gets the generic one; a suite may add its own.
 
-To give a suite its own section, register two callables (both optional):
-    SECTIONS[name](report, suite) -> list[Block]   blocks shown above the generic drill-downs
-    HEADLINES[name](run) -> list[Stat]              headline numbers for the overview
+To give a suite its own section, add a module here that defines SUITE (the suite's name) and
+either or both of:
+    section(report, suite) -> list[Block]   blocks shown above the generic drill-downs
+    headlines(run) -> list[Stat]            headline numbers for the overview
+Modules are found by listing this package, so a new suite's section needs no edit elsewhere.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 
 from trainready.report.blocks import Block, Section, Stat
 from trainready.report.model import Report, RunView
-from trainready.report.sections import generic, matmul
+from trainready.report.sections import generic
 
-SECTIONS: dict[str, Callable[[Report, str], list[Block]]] = {
-    matmul.SUITE: matmul.section,
-}
-HEADLINES: dict[str, Callable[[RunView], list[Stat]]] = {
-    matmul.SUITE: matmul.headlines,
-}
+SECTIONS: dict[str, Callable[[Report, str], list[Block]]] = {}
+HEADLINES: dict[str, Callable[[RunView], list[Stat]]] = {}
+
+for _info in pkgutil.iter_modules(__path__):
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    if hasattr(_module, "SUITE"):
+        if hasattr(_module, "section"):
+            SECTIONS[_module.SUITE] = _module.section
+        if hasattr(_module, "headlines"):
+            HEADLINES[_module.SUITE] = _module.headlines
 
 
 def suite_section(report: Report, suite: str) -> Section:
