@@ -89,12 +89,16 @@ for (const box of document.querySelectorAll(".drill")) {
 
 
 def render(report: Report) -> str:
-    sections = document.build(report)
-    title = escape(document.title(report))
     runs = ", ".join(
-        f"{escape(r.label)} ({escape(r.run_id)}{', primary' if i == 0 and report.multi else ''})"
+        f"{r.label} ({r.run_id}{', primary' if i == 0 and report.multi else ''})"
         for i, r in enumerate(report.runs)
     )
+    return page(document.title(report), f"Runs: {runs}", document.build(report))
+
+
+def page(title_text: str, subtitle: str, sections: list[Section]) -> str:
+    """One self-contained HTML page of sections (the scorecard, the history…)."""
+    title = escape(title_text)
     nav = "".join(f'<a href="#{escape(s.anchor)}">{escape(s.title)}</a>' for s in sections)
     body = "\n".join(_section(s) for s in sections)
     return f"""<!doctype html>
@@ -108,7 +112,7 @@ def render(report: Report) -> str:
 <body>
 <header>
 <h1>{title}</h1>
-<p class="sub">Runs: {runs}</p>
+<p class="sub">{escape(subtitle)}</p>
 <nav>{nav}</nav>
 </header>
 <main>

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from trainready.report import document
-from trainready.report.blocks import Block, Chart, Stats, Table, Text
+from trainready.report.blocks import Block, Chart, Section, Stats, Table, Text
 from trainready.report.model import Report
 
 
 def render(report: Report) -> str:
-    parts = [f"# {document.title(report)}"]
-    for section in document.build(report):
+    return page(document.title(report), document.build(report))
+
+
+def page(title: str, sections: list[Section]) -> str:
+    parts = [f"# {title}"]
+    for section in sections:
         parts.append(f"## {section.title}")
         parts += [_block(b) for b in section.blocks]
     return "\n\n".join(parts) + "\n"

@@ -26,9 +26,6 @@ REASON_MAX_CHARS = 200
 
 # Metrics worth a column and a cross-run delta, per suite. Suites without an entry get the first
 # few metrics their results carry.
-KEY_METRICS: dict[str, tuple[str, ...]] = {
-    "matmul": ("tflops", "mfu", "time_ms"),
-}
 DEFAULT_KEY_METRICS = 4
 
 
@@ -67,6 +64,9 @@ def finite(value: object) -> bool:
 
 
 def key_metrics(suite: str, results: Iterable[Result]) -> tuple[str, ...]:
+    """A suite's section module names its key metrics; otherwise the first few it recorded."""
+    from trainready.report.sections import KEY_METRICS  # sections import this module
+
     if suite in KEY_METRICS:
         return KEY_METRICS[suite]
     seen = dict.fromkeys(m for r in results for m in r.metrics)

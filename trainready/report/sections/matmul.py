@@ -15,6 +15,8 @@ from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_c
 from trainready.report.model import Report, RunView, finite
 
 SUITE = "matmul"
+KEY_METRICS = ("tflops", "mfu", "time_ms")
+METRIC_GOALS = {"tflops": "higher", "mfu": "higher", "time_ms": "lower"}
 PASS_ORDER = {"fwd": 0, "dX": 1, "dW": 2}
 
 

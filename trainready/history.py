@@ -1,0 +1,129 @@
+"""The trajectory over runs: pass rates and headline numbers of every run in a store, oldest first,
+so a device's progress (or a regression) across software versions is visible at a glance."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainready.core.store import RunRecord, Store
+from trainready.report import fmt
+from trainready.report.blocks import Chart, Column, Section, Table, num
+from trainready.report.charts import Axis, Point, Series, xy_chart
+from trainready.report.model import build_run
+from trainready.report.sections import headlines
+
+
+@dataclass
+class HistoryRow:
+    run_id: str
+    created_at: float
+    device: str
+    torch: str
+    git_sha: str
+    preset: str
+    pass_rate: dict[str, float | None]  # suite -> passed / planned (and "all")
+    headline: dict[str, float] = field(default_factory=dict)  # numeric headline stats
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _device_name(run: RunRecord) -> str:
+    device = run.env.get("device")
+    return (
+        str(device.get("name")) if isinstance(device, dict) and device.get("name") else run.device
+    )
+
+
+def collect(store: Store, device: str | None = None) -> list[HistoryRow]:
+    """One row per run, oldest first; `device` filters by device string or device name."""
+    rows = []
+    for rec in store.list_runs():
+        name = _device_name(rec)
+        if device and device not in (rec.device, name):
+            continue
+        view = build_run(rec, store.results(rec.run_id), name, store.planned(rec.run_id))
+        rates = {s: summary.pass_rate for s, summary in view.suites.items()}
+        rates["all"] = view.total.pass_rate
+        stats = {
+            st.label: float(st.value)
+            for st in headlines(view)
+            if isinstance(st.value, (int, float))
+        }
+        rows.append(
+            HistoryRow(
+                run_id=rec.run_id,
+                created_at=rec.created_at,
+                device=name,
+                torch=str(rec.env.get("torch", "?")),
+                git_sha=str(rec.env.get("git_sha") or "")[:12],
+                preset=rec.preset,
+                pass_rate=rates,
+                headline=stats,
+            )
+        )
+    return rows
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def sections(rows: list[HistoryRow]) -> list[Section]:
+    suites = list(dict.fromkeys(s for r in rows for s in r.pass_rate))
+    stats = list(dict.fromkeys(k for r in rows for k in r.headline))
+    columns = [Column("run"), Column("date (UTC)"), Column("device"), Column("torch"),
+               Column("git"), Column("preset")]  # fmt: skip
+    columns += [num(f"pass {s}", fmt.percent) for s in suites]
+    columns += [num(k, fmt.number) for k in stats]
+    table_rows = [
+        [r.run_id, _when(r.created_at), r.device, r.torch, r.git_sha, r.preset]
+        + [r.pass_rate.get(s) for s in suites]
+        + [r.headline.get(k) for k in stats]
+        for r in rows
+    ]
+    table = Table(columns, table_rows, "Runs, oldest first", drill_down=True)
+    series = [
+        Series(
+            f"pass rate {s}",
+            [
+                Point(
+                    i + 1,
+                    100 * r.pass_rate[s],
+                    f"{r.run_id} {r.device}: {fmt.percent(r.pass_rate[s])}",
+                )
+                for i, r in enumerate(rows)
+                if r.pass_rate.get(s) is not None
+            ],
+            line=True,
+        )
+        for s in suites
+    ]
+    chart = Chart(
+        xy_chart(
+            series,
+            Axis("run (oldest first)"),
+            Axis("pass rate %", zero=True),
+            title="Pass rate over runs",
+        ),  # fmt: skip
+        "Pass rate (passed / planned) per suite over the runs in this store",
+    )
+    return [Section("History", [chart, table], "history")]
+
+
+def render(rows: list[HistoryRow], fmt_name: str) -> str:
+    from trainready.config import check_choice
+
+    check_choice("history format", fmt_name, ("md", "json", "html"))
+    if fmt_name == "json":
+        return json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True)
+    if fmt_name == "md":
+        from trainready.report.markdown import page as md_page
+
+        return md_page("trainready history", sections(rows))
+    from trainready.report.html import page as html_page
+
+    return html_page("trainready history", f"{len(rows)} runs", sections(rows))
