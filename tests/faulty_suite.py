@@ -42,6 +42,14 @@ def execute(case: Case, ctx) -> Outcome:
         chunks = []
         while True:  # grows until the worker's memory limit stops it
             chunks.append(bytearray(64 * 2**20))
+    if kind == "kill_parent":
+        _kill_parent()
+        time.sleep(60)
     if kind == "unsupported":
         raise Unsupported("this backend has no such thing")
     raise AssertionError(f"unknown kind {kind}")
+
+
+def _kill_parent() -> None:
+    """Kill the process that runs this case's worker (under Ray: the Ray worker itself)."""
+    os.kill(os.getppid(), 9)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trainready.config import ConfigError, RunConfig, parse_shard
+from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
@@ -21,6 +21,7 @@ from trainready.core.store import RunRecord, Store, StoreError, new_run_id
 from trainready.suites import expand
 
 DEFAULT_OUT = "runs"
+EXECUTORS = ("local", "ray")
 
 
 class Observer:
@@ -83,12 +84,19 @@ def run(
     mem_limit_mb: int | None = None,
     options: dict[str, Any] | None = None,
     observer: Observer | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> RunSummary:
-    """Run suites on a device; results land in `out`/trainready.db as they arrive."""
+    """Run suites on a device; results land in `out`/trainready.db as they arrive.
+
+    executor: "local" (worker processes on this machine) or "ray" (Ray tasks on a Ray cluster at
+    `ray_address`, or a local Ray instance when None).
+    """
     from trainready.device import resolve
     from trainready.env import snapshot
 
     obs = observer or Observer()
+    check_choice("executor", executor, EXECUTORS)
     if not suites:
         raise ConfigError("no suite given")
     cfg = RunConfig(
@@ -143,13 +151,18 @@ def run(
             summary.counts[result.status] += 1
             obs.on_result(result)
 
-        runner = Runner(
-            jobs=cfg.jobs,
-            log_dir=store.dir / "logs" / run_id,
-            mem_limit_mb=cfg.mem_limit_mb,
-            on_start=obs.on_start,
-            on_result=on_result,
-        )
+        if executor == "ray":
+            from trainready.core.ray_executor import RayExecutor
+
+            runner = RayExecutor(ray_address, on_start=obs.on_start, on_result=on_result)
+        else:
+            runner = Runner(
+                jobs=cfg.jobs,
+                log_dir=store.dir / "logs" / run_id,
+                mem_limit_mb=cfg.mem_limit_mb,
+                on_start=obs.on_start,
+                on_result=on_result,
+            )
         try:
             runner.run(_jobs(cfg, planned, done))
         finally:

@@ -97,6 +97,12 @@ def run(
     report: Annotated[
         bool, typer.Option(help="Write report files into OUT/RUN_ID/ at the end.")
     ] = True,
+    executor: Annotated[
+        str, typer.Option(help="local (worker processes here) or ray (tasks on a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local Ray instance).")
+    ] = None,
     compile_backend: Annotated[
         str | None,
         typer.Option(
@@ -174,6 +180,8 @@ def run(
                 mem_limit_mb=mem_limit_mb,
                 options=options,
                 observer=obs,
+                executor=executor,
+                ray_address=ray_address,
             )
         except KeyboardInterrupt:
             obs.progress.stop()
