@@ -53,7 +53,15 @@ def _peaks(cfg: RunConfig, suites: list[PlannedSuite], store: Store, obs: Observ
     """The peak FLOP/s for every dtype the run uses, resolved once (a calibration costs seconds)."""
     from trainready.device import resolve_peak
 
-    dtypes = sorted({d for s in suites for c in s.cases if (d := s.dtype(cfg, c))})
+    dtypes = sorted(
+        {
+            d
+            for s in suites
+            if getattr(s.module, "USES_PEAK", True)
+            for c in s.cases
+            if (d := s.dtype(cfg, c))
+        }
+    )
     peaks = {}
     for dtype in dtypes:
         obs.on_message(f"peak FLOP/s for {cfg.device} {dtype}…")
@@ -162,6 +170,7 @@ def run(
                 mem_limit_mb=cfg.mem_limit_mb,
                 on_start=obs.on_start,
                 on_result=on_result,
+                preload=[s.module_path for s in planned if s.cases],
             )
         try:
             runner.run(_jobs(cfg, planned, done))

@@ -86,8 +86,10 @@ class Runner:
         mem_limit_mb: int | None = None,
         on_start: Callable[[Case], None] | None = None,
         on_result: Callable[[Result], None] | None = None,
+        preload: list[str] | None = None,
     ):
         self.jobs = max(1, jobs)
+        self.preload = list(preload or [])  # suite modules workers import before they are ready
         self.log_dir = Path(log_dir)
         self.mem_limit_mb = mem_limit_mb
         self.on_start = on_start or (lambda _c: None)
@@ -104,7 +106,7 @@ class Runner:
         parent_conn, child_conn = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=worker_main,
-            args=(child_conn, str(log_path), self.mem_limit_mb),
+            args=(child_conn, str(log_path), self.mem_limit_mb, self.preload),
             name=f"trainready-worker-{slot}",
             daemon=True,
         )

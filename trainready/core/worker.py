@@ -90,13 +90,26 @@ def execute_case(suite: Any, case: Case, ctx: CaseContext) -> Outcome:
         )
 
 
-def worker_main(conn: Connection, log_path: str, mem_limit_mb: int | None) -> None:
+def _preload(paths: list[str]) -> dict[str, Any]:
+    """Import the run's suites before reporting ready: an import (torch, transformers…) can take
+    seconds, and it must not count against the first case's budget."""
+    from trainready.suites import load_suite
+
+    return {path: load_suite(path) for path in paths}
+
+
+def worker_main(
+    conn: Connection, log_path: str, mem_limit_mb: int | None, preload: list[str] | None = None
+) -> None:
     os.setsid()
     _redirect_output(log_path)
     if mem_limit_mb:
         _limit_memory(mem_limit_mb)
+    try:
+        suites: dict[str, Any] = _preload(preload or [])
+    except Exception:  # noqa: BLE001 - the case that needs it reports the import error
+        suites = {}
     conn.send(("ready", os.getpid()))
-    suites: dict[str, Any] = {}
     while True:
         try:
             msg = conn.recv()

@@ -6,7 +6,10 @@
     def cases(cfg: RunConfig) -> list[Case]
     def execute(case: Case, ctx: CaseContext) -> Outcome
 
-and nothing else is required of it. The runner imports a suite by name in each worker.
+and nothing else is required of it. Optional: USES_PEAK = False for a suite that reports no MFU
+(the run then skips resolving the device's peak FLOP/s for it, a calibration of seconds on devices
+outside the peak table). The runner imports a suite by name in each worker, before the worker
+takes its first case.
 """
 
 from __future__ import annotations
