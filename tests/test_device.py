@@ -137,7 +137,8 @@ def test_calibrate_peak_on_cpu_is_plausible_and_quick():
     t0 = time.perf_counter()
     c = dev.calibrate_peak("cpu", "fp32", start_n=64, max_n=256, target_s=0.005, repeats=3)
     assert time.perf_counter() - t0 < 5
-    assert 1e9 < c["peak_flops"] < 1e14
+    # Plausible, not fast: a shared CI core under load still does far more than 1e8 FLOP/s.
+    assert 1e8 < c["peak_flops"] < 1e14
     assert c["n"] in (64, 128, 256)
     assert c["clock"] == "wall"
     assert 1 <= len(c["tflops_samples"]) <= 3

@@ -617,3 +617,141 @@ def resolve_peak(device: str, dtype: str, store: Store | None = None) -> dict[st
         store.put_calibration(key, dtype, calib["peak_flops"], details)
         calib = store.get_calibration(key, dtype) or calib
     return _measured_record(kind, dtype, calib, key)
+
+
+# -- distributed ----------------------------------------------------------------------------------
+def default_pg_backend(device: str) -> str:
+    """The process-group backend torch pairs with the device type: gloo on the cpu, nccl on
+    CUDA/ROCm, xccl on XPU, and whatever a vendor registered for its device
+    (`torch.distributed.Backend.register_backend(..., devices=[...])`)."""
+    import torch.distributed as dist
+
+    dev_type = device_type(device)
+    try:
+        return dist.get_default_backend_for_device(dev_type)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(
+            f"no process-group backend is registered for {dev_type!r} ({e}); "
+            "name one with --pg-backend"
+        ) from None
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """The device a rank drives: the cpu for every rank, else one device per local rank, counted
+    from the index the user gave ('cuda:2' with 2 ranks -> 'cuda:2', 'cuda:3')."""
+    dev = torch.device(device)
+    if dev.type == "cpu" or dev.type in _SINGLE_DEVICE:
+        return device
+    return f"{dev.type}:{(dev.index or 0) + local_rank}"
+
+
+def set_current_device(device: str) -> None:
+    """Make `device` the current one of its type, so collectives and default allocations use it."""
+    dev = torch.device(device)
+    if dev.type != "cpu" and dev.index is not None:
+        torch.accelerator.set_device_index(dev.index)
+
+
+# -- compile caches -------------------------------------------------------------------------------
+# On-disk compile caches by device type, beyond Inductor's own (which every device uses): the
+# environment variable each stack reads, and the subdirectory it gets under a cache root.
+_VENDOR_COMPILE_CACHES: dict[str, dict[str, str]] = {
+    # torch-neuronx: the torch.compile backend's NEFF cache, and the Neuron Persistent Cache of the
+    # XLA path (neuronx-cc artifacts; default /var/tmp/neuron-compile-cache).
+    "neuron": {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff", "NEURON_COMPILE_CACHE_URL": "neuron-cc"},
+}
+
+
+def compile_cache_env(device: str, root: str | Path) -> dict[str, str]:
+    """Environment variables that put every on-disk compile cache for `device` under `root`.
+
+    A process started with them compiles cold when `root` is empty and reuses what an earlier
+    process left there: Inductor's FX-graph, AOTAutograd and kernel caches
+    (TORCHINDUCTOR_CACHE_DIR), Triton's kernel cache (TRITON_CACHE_DIR, which otherwise defaults
+    to the user's home and would outlive a "cold" run), and the vendor's caches where the device
+    has them.
+    """
+    root = Path(root)
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+    }
+    for var, sub in _VENDOR_COMPILE_CACHES.get(device_type(device), {}).items():
+        env[var] = str(root / sub)
+    return env
+
+
+# -- CPU fallbacks, as each backend records them ----------------------------------------------------
+# Backends built on PyTorch's boxed CPU fallback warn once per op (MPS with
+# PYTORCH_ENABLE_MPS_FALLBACK=1, XPU, other PrivateUse1 backends) in this form:
+#   "The operator 'aten::foo' is not currently supported on the MPS backend and will fall back to
+#    run on the CPU. This may have performance implications."
+# torch_xla counts every op it hands to the CPU in its metrics as an `aten::foo` counter.
+_FALLBACK_WARNING = re.compile(r"operator '(?P<op>[\w:.]+)'.*?fall ?back to run on the CPU", re.S)
+
+
+def parse_fallback_warnings(messages: list[str]) -> dict[str, int]:
+    """Ops named by CPU-fallback warnings -> how many warnings named each."""
+    found: dict[str, int] = {}
+    for text in messages:
+        for m in _FALLBACK_WARNING.finditer(text):
+            found[m.group("op")] = found.get(m.group("op"), 0) + 1
+    return found
+
+
+def xla_fallback_counts(counters: dict[str, int]) -> dict[str, int]:
+    """torch_xla metrics counters -> the `aten::` ones (ops that ran on the CPU), non-zero."""
+    return {k: int(v) for k, v in counters.items() if k.startswith("aten::") and v}
+
+
+def _xla_counters() -> dict[str, int]:
+    import torch_xla.debug.metrics as met  # noqa: PLC0415 - only on XLA devices
+
+    return {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
+
+
+class FallbackWatch:
+    """`with fallback_watch(device) as w: ...` then `w.ops` ({op: count}) and `w.source`.
+
+    On the CPU there is nothing to fall back from (`source` says so). XLA: the difference of its
+    `aten::` counters. Other accelerators: the CPU-fallback warnings, with warn-always on so a
+    warning given once in an earlier case is given again.
+    """
+
+    def __init__(self, device: str):
+        self.device_type = torch.device(device).type
+        self.ops: dict[str, int] = {}
+        self.source = "none: the device is the CPU" if self.device_type == "cpu" else ""
+
+    def __enter__(self) -> FallbackWatch:
+        import warnings
+
+        if self.device_type == "cpu":
+            return self
+        if self.device_type == "xla":
+            self.source = "torch_xla metrics aten:: counters"
+            self._before = xla_fallback_counts(_xla_counters())
+            return self
+        self.source = "CPU-fallback warnings (warn-always)"
+        self._warn_always = torch.is_warn_always_enabled()
+        torch.set_warn_always(True)
+        self._catch = warnings.catch_warnings(record=True)
+        self._records = self._catch.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device_type == "cpu":
+            return
+        if self.device_type == "xla":
+            after = xla_fallback_counts(_xla_counters())
+            self.ops = {k: v - self._before.get(k, 0) for k, v in after.items()}
+            self.ops = {k: v for k, v in self.ops.items() if v > 0}
+            return
+        self._catch.__exit__(*exc)
+        torch.set_warn_always(self._warn_always)
+        self.ops = parse_fallback_warnings([str(w.message) for w in self._records])
+
+
+def fallback_watch(device: str) -> FallbackWatch:
+    return FallbackWatch(device)

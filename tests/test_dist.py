@@ -1,0 +1,224 @@
+"""The dist suite: its cases, its verdicts, and one real run of every case on 2 gloo ranks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainready
+from trainready.config import RunConfig
+from trainready.core.case import Case, Result
+from trainready.core.context import CaseContext
+from trainready.core.store import Store
+from trainready.device import default_pg_backend, rank_device
+from trainready.launch import LaunchError, LaunchResult
+from trainready.report import render
+from trainready.suites import dist
+from trainready.suites.dist_cases.collectives import (
+    OPS,
+    busbw_factor,
+    data,
+    numel_for,
+    uneven_splits,
+)
+
+# -- pure parts -----------------------------------------------------------------------------------
+
+
+def test_bus_bandwidth_factors_are_nccl_tests() -> None:
+    assert busbw_factor("all_reduce_sum", 8) == pytest.approx(2 * 7 / 8)
+    assert busbw_factor("funcol_all_reduce", 2) == 1.0
+    for op in ("all_gather", "reduce_scatter", "all_to_all_uneven", "funcol_all_gather"):
+        assert busbw_factor(op, 4) == pytest.approx(3 / 4)
+    assert busbw_factor("broadcast", 4) == busbw_factor("send_recv", 4) == 1.0
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_uneven_splits_are_uneven_but_balanced(world: int) -> None:
+    chunk = 8
+    splits = uneven_splits(world, chunk)
+    for r in range(world):
+        assert sum(splits[r]) == world * chunk
+        assert sum(splits[s][r] for s in range(world)) == world * chunk
+    if world > 1:
+        assert len({n for row in splits for n in row}) > 1
+
+
+def test_inputs_are_exact_small_integers() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = data(3, 1000, dtype)
+        assert x.min() >= 0 and x.max() < 16 and torch.equal(x, x.round())
+    assert not torch.equal(data(0, 64, torch.float32), data(1, 64, torch.float32))
+    assert numel_for(16 * 1024, torch.float32, 3) % 6 == 0
+    assert numel_for(16 * 1024, torch.bfloat16, 2) == 8192
+
+
+def test_cases_and_names() -> None:
+    quick = dist.cases(RunConfig(["dist"], preset="quick"))
+    ids = [c.id for c in quick]
+    assert len(ids) == len(set(ids))
+    sized = [op for op, spec in OPS.items() if spec.sized]
+    assert len(quick) == len(sized) * 2 * 2 + 1 + len(dist.API_CASES)
+    assert "dist/coll/all_reduce_sum/bf16/1MiB" in ids and "dist/coll/barrier" in ids
+    assert {c.params["api"] for c in quick} >= {"all_reduce (SUM)", "fully_shard"}
+    only_fp16 = dist.cases(RunConfig(["dist"], preset="standard", dtype="fp16"))
+    assert {c.params["tensor_dtype"] for c in only_fp16 if c.params["family"] == "coll"} == {"fp16"}
+    assert dist.size_label(64 * 1024 * 1024) == "64MiB" and dist.size_label(1000) == "1000B"
+
+
+def test_backend_and_rank_devices() -> None:
+    assert default_pg_backend("cpu") == "gloo"
+    assert rank_device("cpu", 1) == "cpu"
+    assert rank_device("cuda:2", 1) == "cuda:3"
+
+
+def _launch_result(**kw) -> LaunchResult:
+    base = dict(
+        per_rank=[None, None],
+        status=["ok", "ok"],
+        errors=[None, None],
+        kinds=[None, None],
+        stderr_tails=["", ""],
+        timed_out=False,
+        elapsed_s=1.0,
+        tracebacks=[None, None],
+        phases=[None, None],
+    )
+    return LaunchResult(**{**base, **kw})
+
+
+def _coll_rank(ok: bool, median_s: float) -> dict:
+    metrics = {"median_s": median_s, "min_s": median_s, "spread": 0.1, "repeats": 5.0}
+    return {"ok": ok, "metrics": {**metrics, "bytes": 1e6}, "diagnostics": {}}
+
+
+def test_verdicts_from_rank_results() -> None:
+    coll = dist.collective_cases(RunConfig(["dist"]))[0]  # all_reduce_sum
+    good = dist.outcome_of(
+        coll, _launch_result(per_rank=[_coll_rank(True, 1e-3), _coll_rank(True, 2e-3)]), 60
+    )
+    assert good.status == "pass"
+    # The slowest rank's time; algbw = bytes / time; busbw = algbw * 2(n-1)/n = algbw on 2 ranks.
+    assert good.metrics["time_us"] == pytest.approx(2000)
+    assert good.metrics["algbw_gbps"] == pytest.approx(0.5)
+    assert good.metrics["busbw_gbps"] == pytest.approx(0.5)
+
+    wrong = dist.outcome_of(
+        coll, _launch_result(per_rank=[_coll_rank(True, 1e-3), _coll_rank(False, 1e-3)]), 60
+    )
+    assert wrong.status == "fail_numerics" and wrong.diagnostics["error"].endswith("[1]")
+
+    stuck = _launch_result(status=["lost", "ok"], timed_out=True, phases=["check", "time"])
+    hung = dist.outcome_of(coll, stuck, 60)
+    assert hung.status == "timeout"
+    assert hung.diagnostics["error"].startswith("ranks [0] did not answer within the case budget")
+    assert "(rank 0 in 'check')" in hung.diagnostics["error"]
+
+    unsupported = _launch_result(
+        status=["error", "error"],
+        errors=["Unsupported: no AVG"] * 2,
+        kinds=["unsupported"] * 2,
+    )
+    out = dist.outcome_of(coll, unsupported, 60)
+    assert out.status == "unsupported" and out.diagnostics["reason"] == "no AVG"
+
+    raised = _launch_result(
+        status=["error", "lost"],
+        errors=["ValueError: boom", None],
+        kinds=["error", None],
+        tracebacks=["Traceback ...\nValueError: boom", None],
+    )
+    out = dist.outcome_of(coll, raised, 60)
+    assert out.status == "fail_run" and out.diagnostics["error"] == "rank 0: ValueError: boom"
+
+    dead = dist.outcome_of(coll, _launch_result(status=["dead", "dead"]), 60)
+    assert dead.status == "crash"
+
+    other = Case("dist", "moe/token_switch", dict(dist.API_CASES["moe/token_switch"]))
+    skip = {"ok": True, "skipped": "no check yet", "metrics": {}, "diagnostics": {}}
+    skipped = dist.outcome_of(other, _launch_result(per_rank=[skip, skip]), 60)
+    assert skipped.status == "skipped" and skipped.diagnostics["reason"] == "no check yet"
+
+
+# -- one real run of every case -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[Result]]:
+    out = tmp_path_factory.mktemp("dist")
+    summary = trainready.run(
+        ["dist"],
+        device="cpu",
+        out=out,
+        options={"nproc": 2, "compile_backend": "aot_eager"},
+    )
+    with Store(out, create=False) as store:
+        results = store.results(summary.run_id)
+    return out, summary.run_id, results
+
+
+def test_every_case_passes_on_two_gloo_ranks(quick_run) -> None:
+    _, _, results = quick_run
+    by_status: dict[str, list[str]] = {}
+    for r in results:
+        by_status.setdefault(r.status, []).append(r.case.name)
+    # torch 2.13 has no torch.distributed._token_switch: that one case says so.
+    assert by_status.pop("unsupported") == ["moe/token_switch"]
+    assert set(by_status) == {"pass"}, {s: n for s, n in by_status.items() if s != "pass"}
+    assert len(results) == len(dist.cases(RunConfig(["dist"])))
+    # The ranks were started once, by the first case, and served every other one.
+    started = [r.case.name for r in results if "start_s" in r.metrics]
+    assert len(started) == 1
+    for r in results:
+        assert r.metrics["nranks"] == 2.0
+        if r.case.params["family"] == "coll" and r.case.params["op"] != "barrier":
+            m = r.metrics
+            assert m["time_us"] > 0 and m["size_bytes"] == r.case.params["size_bytes"]
+            factor = busbw_factor(r.case.params["op"], 2)
+            assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * factor)
+            assert m["algbw_gbps"] == pytest.approx(m["size_bytes"] / m["time_us"] / 1e3)
+
+
+def test_report_has_the_api_table_and_a_chart_per_collective(quick_run) -> None:
+    out, run_id, _ = quick_run
+    with Store(out, create=False) as store:
+        md = render(store, [run_id], "md")
+        html = render(store, [run_id], "html")
+    assert "| all_reduce (SUM) | 4 | 4 | pass |  |" in md
+    assert "| fully_shard + bf16 MixedPrecisionPolicy | 1 | 1 | pass |  |" in md
+    assert re.search(
+        r"\| torch\.distributed\._token_switch \| 1 \| 0 \| unsupported \| .*not in torch", md
+    )
+    assert "torch.distributed APIs working**: 26 of 27" in md
+    sized = [op for op, spec in OPS.items() if spec.sized]
+    for op in sized:
+        assert f"{op}: bus bandwidth against message size" in html
+
+
+class _Unstartable:
+    """A pool whose torchrun gives up (what a backend that cannot initialise looks like)."""
+
+    nproc, device, backend, up = 2, "cpu", "nosuch", False
+
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def start(self, timeout_s: float) -> float:
+        self.starts += 1
+        raise LaunchError("torchrun exited with code 1\n[rank 0] invalid backend", timed_out=False)
+
+
+def test_ranks_that_cannot_start_fail_each_case_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = _Unstartable()
+    monkeypatch.setattr(dist, "pool_for", lambda ctx: pool)
+    monkeypatch.setattr(dist, "_start_failure", {})
+    ctx = CaseContext("cpu", None, 60.0)
+    first, second = dist.cases(RunConfig(["dist"]))[:2]
+    a, b = dist.execute(first, ctx), dist.execute(second, ctx)
+    assert a.status == b.status == "fail_run" and pool.starts == 1
+    assert a.diagnostics["error"] == "ranks did not start: torchrun exited with code 1"
+    assert b.diagnostics["error"].endswith(f"(first seen by {first.name})")
+    assert ctx.current_phase == "start ranks"

@@ -1,0 +1,173 @@
+"""DTensor and tensor parallelism on one rank, against the same tensors on a single process.
+
+- `dtensor/distribute`: `distribute_tensor` with Shard(0), Shard(1), Replicate; each local shard
+  and the `full_tensor()` against the full tensor.
+- `dtensor/redistribute`: Shard(0)->Replicate, Replicate->Shard(1), Shard(0)->Shard(1),
+  Partial->Replicate, Partial->Shard(0); `full_tensor()` (and the local shard) against the answer.
+- `dtensor/matmul`: Shard(0) @ Replicate, Replicate @ Shard(1), Shard(1) @ Shard(0) (a Partial
+  result); the product against the full one.
+These use small integers, so every value and sum is exact in fp32: the checks are bitwise.
+- `tp/mlp`: `parallelize_module` with ColwiseParallel (fc1) and RowwiseParallel (fc2) against
+  the unsharded module: output and every gradient, judged by the numerics probe at fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+from trainready.launch import RankEnv
+from trainready.probes.numerics import compare_many
+
+ROWS, COLS, INNER = 8, 12, 16
+
+
+def _ints(*shape: int, salt: int = 0) -> torch.Tensor:
+    n = 1
+    for s in shape:
+        n *= s
+    i = torch.arange(n, dtype=torch.int64)
+    return ((i * 5 + salt * 3 + i // 7) % 9 - 4).to(torch.float32).reshape(shape)
+
+
+def _mesh(env: RankEnv):
+    return init_device_mesh(torch.device(env.device).type, (env.world_size,))
+
+
+class Checks:
+    """Named bitwise checks of one rank."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.count = 0
+
+    def equal(self, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+        self.count += 1
+        got = got.detach().cpu()
+        if got.shape != want.shape or not torch.equal(got, want):
+            self.failed.append(name)
+
+    def result(self) -> dict:
+        return {
+            "ok": not self.failed,
+            "metrics": {"checks": float(self.count)},
+            "diagnostics": {"rule": "bitwise", "failed": self.failed},
+        }
+
+
+def _distribute(env: RankEnv, checks: Checks) -> None:
+    mesh, full = _mesh(env), _ints(ROWS * env.world_size, COLS * env.world_size)
+    for placement, dim in ((Shard(0), 0), (Shard(1), 1), (Replicate(), None)):
+        env.phase(f"distribute {placement}")
+        d = distribute_tensor(full.to(env.device), mesh, [placement])
+        want = full if dim is None else full.chunk(env.world_size, dim)[env.rank]
+        checks.equal(f"{placement}/local", d.to_local(), want)
+        checks.equal(f"{placement}/full", d.full_tensor(), full)
+
+
+def _redistribute(env: RankEnv, checks: Checks) -> None:
+    mesh, w = _mesh(env), env.world_size
+    full = _ints(ROWS * w, COLS * w)
+    moves = ((Shard(0), Replicate()), (Replicate(), Shard(1)), (Shard(0), Shard(1)))
+    for src, dst in moves:
+        env.phase(f"{src} -> {dst}")
+        d = distribute_tensor(full.to(env.device), mesh, [src]).redistribute(mesh, [dst])
+        checks.equal(f"{src}->{dst}/full", d.full_tensor(), full)
+        want = full if isinstance(dst, Replicate) else full.chunk(w, dst.dim)[env.rank]
+        checks.equal(f"{src}->{dst}/local", d.to_local(), want)
+    # Partial: each rank holds an addend; the sum over ranks is the tensor.
+    parts = [_ints(ROWS * w, COLS, salt=r) for r in range(w)]
+    total = torch.stack(parts).sum(0)
+    for dst in (Replicate(), Shard(0)):
+        env.phase(f"Partial() -> {dst}")
+        p = DTensor.from_local(parts[env.rank].to(env.device), mesh, [Partial()], run_check=False)
+        d = p.redistribute(mesh, [dst])
+        want = total if isinstance(dst, Replicate) else total.chunk(w, 0)[env.rank]
+        checks.equal(f"Partial->{dst}/local", d.to_local(), want)
+        checks.equal(f"Partial->{dst}/full", d.full_tensor(), total)
+
+
+def _matmul(env: RankEnv, checks: Checks) -> None:
+    mesh, w = _mesh(env), env.world_size
+    a, b = _ints(ROWS * w, INNER * w, salt=1), _ints(INNER * w, COLS * w, salt=2)
+    want = a @ b
+    for pa, pb in ((Shard(0), Replicate()), (Replicate(), Shard(1)), (Shard(1), Shard(0))):
+        env.phase(f"{pa} @ {pb}")
+        da = distribute_tensor(a.to(env.device), mesh, [pa])
+        db = distribute_tensor(b.to(env.device), mesh, [pb])
+        out = da @ db
+        checks.equal(f"{pa}@{pb}->{out.placements[0]}", out.full_tensor(), want)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def _mlp(dim: int, hidden: int, dtype: torch.dtype, device: str = "cpu") -> MLP:
+    torch.manual_seed(0)
+    return MLP(dim, hidden).to(device=device, dtype=dtype)
+
+
+def _tp_record(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = model(x)
+    out.square().mean().backward()
+    full = {"output": out}
+    for name, p in model.named_parameters():
+        g = p.grad
+        full[f"grad/{name}"] = g.full_tensor() if isinstance(g, DTensor) else g
+    full["grad/input"] = x.grad
+    return {k: v.detach().cpu() for k, v in full.items()}
+
+
+def _tensor_parallel(env: RankEnv) -> dict:
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    dim, hidden = 16, 16 * env.world_size
+    gen = torch.Generator().manual_seed(1)
+    x64 = torch.randn(6, dim, generator=gen, dtype=torch.float64)
+    env.phase("parallelize_module")
+    model = parallelize_module(
+        _mlp(dim, hidden, torch.float32, env.device),
+        _mesh(env),
+        {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()},
+    )
+    env.phase("forward/backward")
+    got = _tp_record(model, x64.float().to(env.device).requires_grad_())
+    ref = _tp_record(_mlp(dim, hidden, torch.float64), x64.clone().requires_grad_())
+    base = _tp_record(_mlp(dim, hidden, torch.float32), x64.float().requires_grad_())
+    ok, worst, verdicts = compare_many({k: (ref[k], got[k], base[k]) for k in ref}, "fp32")
+    return {
+        "ok": ok,
+        "metrics": {"tensors": float(len(verdicts))},
+        "diagnostics": {
+            "worst": worst,
+            "worst_verdict": verdicts[worst].to_json() if worst else None,
+            "failed": [k for k, v in verdicts.items() if not v.ok],
+        },
+    }
+
+
+LAYOUT_CHECKS = {"distribute": _distribute, "redistribute": _redistribute, "matmul": _matmul}
+
+
+def run_case(env: RankEnv, name: str, params: dict[str, Any], options: dict[str, Any]) -> dict:
+    if params["family"] == "tp":
+        return _tensor_parallel(env)
+    checks = Checks()
+    LAYOUT_CHECKS[params["what"]](env, checks)
+    return checks.result()
