@@ -1,0 +1,228 @@
+"""Trace parse + analyse: time and peak memory, trainready vs HolisticTraceAnalysis, and 1M events.
+
+    python -m benchmarks.trace_analysis [--traces DIR] [--events 1000000] [--no-hta] [--json OUT]
+
+Not a test (machines are noisy). Every measurement runs in a fresh child process, so peak memory is
+that process's own peak RSS (ru_maxrss; HTA's parser workers are separate processes, so its peak
+is understated) and nothing is cached between the two tools. Times are CPU seconds (user + system,
+of the process and of the worker processes it waited for), imports excluded, so a busy shared
+machine does not skew the ratio; wall time is recorded beside it.
+
+- trainready: `load_trace` + `analysis.summary` (temporal, kernel types, idle causes, overlap,
+  launches, steps, hardware rows);
+- HTA (when `holistictraceanalysis` is installed): `TraceAnalysis` load + temporal breakdown,
+  kernel-type breakdown, idle-time breakdown, comm/comp overlap, kernel launch statistics: the
+  same analyses. The ratio HTA / trainready is the speed-up (target >= 10x).
+- a generated trace of N events (default 1M; a training-like mix of ops, launches, kernels,
+  memcpys and flow arrows): trainready alone (target <= 10 s and <= 2 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces"
+BIG = (
+    "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "trace_diff__control__control.json.gz",
+    "trace_diff__test__test.json.gz",
+    "mtia_inference_trace__mtia_inference_rank_0.json.gz",
+    "timeline_analysis__sampled_rank-0.json.gz",
+)
+
+# CPU seconds of this process and of the children it waited for (HTA parses in a process pool).
+_CPU = """
+def cpu():
+    import resource
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + c.ru_utime + c.ru_stime
+"""
+
+_TRAINREADY = (
+    """
+import json, resource, sys, time
+"""
+    + _CPU
+    + """
+from trainready.profile.analysis import summary
+from trainready.profile.trace import load_trace
+w1, c1 = time.perf_counter(), cpu()
+trace = load_trace(sys.argv[1])
+w2, c2 = time.perf_counter(), cpu()
+summary(trace)
+w3, c3 = time.perf_counter(), cpu()
+print(json.dumps({"parse_cpu_s": c2 - c1, "analyse_cpu_s": c3 - c2, "cpu_s": c3 - c1,
+                  "wall_s": w3 - w1, "events": len(trace),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+)
+
+_HTA = (
+    """
+import json, logging, os, resource, sys, tempfile, time
+"""
+    + _CPU
+    + """
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+w1, c1 = time.perf_counter(), cpu()
+tmp = tempfile.mkdtemp()
+link = os.path.join(tmp, "rank0.json.gz")
+os.symlink(os.path.abspath(sys.argv[1]), link)
+ta = TraceAnalysis(trace_files={0: link}, trace_dir=tmp)
+w2, c2 = time.perf_counter(), cpu()
+for fn in (lambda: ta.get_temporal_breakdown(visualize=False),
+           lambda: ta.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True),
+           lambda: ta.get_idle_time_breakdown(visualize=False),
+           lambda: ta.get_comm_comp_overlap(visualize=False),
+           lambda: ta.get_cuda_kernel_launch_stats(visualize=False)):
+    try:
+        fn()
+    except Exception:
+        pass
+w3, c3 = time.perf_counter(), cpu()
+print(json.dumps({"parse_cpu_s": c2 - c1, "analyse_cpu_s": c3 - c2, "cpu_s": c3 - c1,
+                  "wall_s": w3 - w1,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+)
+
+
+def _child(code: str, path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    if proc.returncode:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _has_hta() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import hta.trace_analysis"], capture_output=True)
+    return probe.returncode == 0
+
+
+def generate(path: Path, events: int, seed: int = 0) -> int:
+    """Write a Kineto-like trace of about `events` events (gzipped); returns the exact count.
+
+    Per training op: a cpu_op with shapes, a runtime launch, its kernel and the ac2g flow pair
+    (5 events); every 8th op also a memcpy. Timestamps in us with ns decimals, as Kineto writes.
+    """
+    rng = random.Random(seed)
+    names = ["aten::mm", "aten::add", "aten::relu", "aten::layer_norm", "aten::softmax"]
+    kernels = ["ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel", "layer_norm_kernel"]
+    written = 0
+    t = 1_700_000_000_000_000.0
+    gpu_t = t
+    corr = 0
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 '
+                '80GB HBM3"}], "traceEvents": [\n')  # fmt: skip
+        first = True
+        step = 0
+        while written < events:
+            if corr % 1000 == 0:
+                ev = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                      "pid": 1, "tid": 1, "ts": round(t, 3), "dur": 1000.0, "args": {}}  # fmt: skip
+                step += 1
+                f.write(("" if first else ",\n") + json.dumps(ev))
+                first = False
+                written += 1
+            corr += 1
+            op_dur = rng.uniform(5, 30)
+            k_dur = rng.uniform(2, 40)
+            gpu_t = max(gpu_t, t + 8) + rng.uniform(0.5, 3)
+            batch = [
+                {"ph": "X", "cat": "cpu_op", "name": rng.choice(names), "pid": 1, "tid": 1,
+                 "ts": round(t, 3), "dur": round(op_dur, 3),
+                 "args": {"External id": corr, "Input Dims": [[64, 512], [512, 512]],
+                          "Input type": ["float", "float"]}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                 "ts": round(t + 1, 3), "dur": 4.5, "args": {"External id": corr,
+                                                             "correlation": corr}},
+                {"ph": "X", "cat": "kernel", "name": rng.choice(kernels), "pid": 0, "tid": 7,
+                 "ts": round(gpu_t, 3), "dur": round(k_dur, 3),
+                 "args": {"External id": corr, "device": 0, "stream": 7, "correlation": corr,
+                          "grid": [128, 1, 1], "block": [256, 1, 1]}},
+                {"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": round(t + 1, 3),
+                 "cat": "ac2g", "name": "ac2g"},
+                {"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": round(gpu_t, 3),
+                 "cat": "ac2g", "name": "ac2g", "bp": "e"},
+            ]  # fmt: skip
+            if corr % 8 == 0:
+                batch.append(
+                    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+                     "pid": 0, "tid": 7, "ts": round(gpu_t + k_dur + 0.5, 3), "dur": 1.5,
+                     "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 4096}}
+                )  # fmt: skip
+            gpu_t += k_dur
+            t += op_dur + rng.uniform(0.1, 2)
+            f.write(",\n" + ",\n".join(json.dumps(e) for e in batch))
+            written += len(batch)
+        f.write("\n]}\n")
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    hta = not args.no_hta and _has_hta()
+    results: dict[str, Any] = {"traces": {}, "generated": None}
+    for name in BIG:
+        path = args.traces / name
+        if not path.is_file():
+            continue
+        ours = _child(_TRAINREADY, path)
+        row: dict[str, Any] = {"trainready": ours}
+        if hta:
+            theirs = _child(_HTA, path)
+            row["hta"] = theirs
+            if "cpu_s" in theirs and "cpu_s" in ours:
+                row["speedup"] = theirs["cpu_s"] / ours["cpu_s"]
+                row["memory_ratio"] = theirs["peak_rss_mb"] / ours["peak_rss_mb"]
+        results["traces"][name] = row
+        line = f"{name[:40]:40s} trainready {ours.get('cpu_s', float('nan')):6.2f} s "
+        line += f"{ours.get('peak_rss_mb', float('nan')):5.0f} MB"
+        if "speedup" in row:
+            line += f"   HTA {row['hta']['cpu_s']:6.2f} s {row['hta']['peak_rss_mb']:5.0f} MB"
+            line += f"   {row['speedup']:5.1f}x faster, {row['memory_ratio']:4.1f}x less memory"
+        print(line, flush=True)
+    if args.events:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "generated.json.gz"
+            n = generate(path, args.events)
+            ours = _child(_TRAINREADY, path)
+            ours["events_in_file"] = n
+            ours["file_mb"] = path.stat().st_size / 2**20
+            results["generated"] = ours
+            print(
+                f"generated {n:,} events ({ours['file_mb']:.0f} MB gz): "
+                f"parse {ours.get('parse_cpu_s', float('nan')):.2f} s + analyse "
+                f"{ours.get('analyse_cpu_s', float('nan')):.2f} s = "
+                f"{ours.get('cpu_s', float('nan')):.2f} s CPU "
+                f"({ours.get('wall_s', float('nan')):.2f} s wall), peak "
+                f"{ours.get('peak_rss_mb', float('nan')):.0f} MB (targets 10 s, 2048 MB)"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

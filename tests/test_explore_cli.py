@@ -1,0 +1,85 @@
+"""`trainready explore`: bad input is one line and exit code 2; a served trace answers over HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from trainready.cli import app
+
+
+def explore(*args: str, cwd: Path, monkeypatch) -> Result:
+    monkeypatch.chdir(cwd)
+    return CliRunner().invoke(app, ["explore", *args, "--no-open"])
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "expected"),
+    [
+        (None, ["missing.json"], "no such trace file: missing.json"),
+        ("corrupt", ["bad.json"], "truncated or corrupt JSON"),
+        ("notrace", ["bad.json"], "not a profiler trace"),
+        (None, [], "give trace files to explore, or --serve DIR"),
+        ("notrace", ["bad.json", "--serve", "."], "give trace files to explore, or --serve DIR"),
+        (None, ["--serve", "nodir"], "nodir: not a directory"),
+        (None, ["--serve", ".", "--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, setup, args, expected):
+    if setup == "corrupt":
+        (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,')
+    elif setup == "notrace":
+        (tmp_path / "bad.json").write_text('{"rows": [1, 2, 3]}')
+    p = explore(*args, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert p.exit_code == 2, p.output
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], p.stderr
+
+
+def test_serve_answers_and_stops(tmp_path):
+    (tmp_path / "t.json").write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "name": "op",
+                        "cat": "cpu_op",
+                        "ts": 1,
+                        "dur": 2,
+                        "pid": 1,
+                        "tid": 1,
+                    }
+                ]
+            }
+        )  # fmt: skip
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainready", "explore", "--serve", ".", "--no-open"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "explorer at http://127.0.0.1:" in line, line + proc.stderr.read()
+        url = line.split("explorer at ")[1].split()[0]
+        with urllib.request.urlopen(url + "api/traces", timeout=30) as r:
+            listing = json.load(r)
+        assert listing["uploads"] is True and [t["id"] for t in listing["traces"]] == ["t.json"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.returncode is not None

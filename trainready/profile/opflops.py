@@ -1,0 +1,357 @@
+"""FLOPs of matmul, convolution and attention ops from recorded shapes -> achieved FLOP/s and MFU.
+
+Needs a trace recorded with shapes (`record_shapes=True`, as `trainready profile` does). Counted
+ops (the leaf aten ops, so a `linear` -> `addmm` or `matmul` -> `mm` chain counts once):
+
+- `aten::mm` [M,K]x[K,N], `aten::addmm` (bias, [M,K], [K,N]): 2*M*N*K;
+  `aten::bmm` [B,M,K]x[B,K,N], `aten::baddbmm`: 2*B*M*N*K (trainready.probes.flops.linear_flops)
+- `aten::convolution` (input, weight, bias, stride, padding, dilation, transposed, output padding,
+  groups): 2 * N * C_out * prod(out spatial) * C_in/groups * prod(kernel); `convolution_backward`:
+  that once for the input gradient and once for the weight gradient, as its output mask says
+- `aten::_scaled_dot_product_{flash,efficient,cudnn}_attention` and `..._flash_attention_for_cpu`
+  (q [B,H,L,E], k [B,H,S,E], v [B,H,S,Ev]; is_causal from the recorded scalars):
+  trainready.probes.flops.attention_flops, and twice that for their `_backward` ops.
+
+Time of an op: its device kernels (joined through the "External id" Kineto writes on the op and on
+the kernels it launched) where it launched any, else its own host duration (CPU execution).
+MFU is against the datasheet peak of the trace's device (trainready.peaks) at the op's dtype; a
+device or dtype without a table entry gives no MFU rather than a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainready.peaks import PEAKS, match_kind
+from trainready.probes.flops import attention_backward_flops, attention_flops, linear_flops
+from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_RUNTIME, Trace
+
+_DTYPES = {
+    "float": "fp32",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "double": "fp64",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+}
+
+
+def _prod(xs: list[int]) -> int:
+    return math.prod(xs) if xs else 1
+
+
+def _mm(dims: list[Any], _: list[Any]) -> int | None:
+    a, b = dims[0], dims[1]
+    if len(a) != 2 or len(b) != 2:
+        return None
+    return linear_flops(a[0], b[1], a[1])
+
+
+def _addmm(dims: list[Any], c: list[Any]) -> int | None:
+    return _mm(dims[1:3], c)
+
+
+def _bmm(dims: list[Any], _: list[Any]) -> int | None:
+    a, b = dims[0], dims[1]
+    if len(a) != 3 or len(b) != 3:
+        return None
+    return a[0] * linear_flops(a[1], b[2], a[2])
+
+
+def _baddbmm(dims: list[Any], c: list[Any]) -> int | None:
+    return _bmm(dims[1:3], c)
+
+
+def _scalars(concrete: list[Any], i: int) -> list[int] | None:
+    """A recorded int-list argument, e.g. '[1, 1]' -> [1, 1]."""
+    if i >= len(concrete) or not concrete[i]:
+        return None
+    try:
+        value = json.loads(concrete[i]) if isinstance(concrete[i], str) else concrete[i]
+    except ValueError:
+        return None
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def _conv_macs(dims: list[Any], concrete: list[Any]) -> int | None:
+    """Multiply-accumulates of a forward convolution, from input and weight shapes and args."""
+    x, w = dims[0], dims[1]
+    if len(x) < 3 or len(w) != len(x):
+        return None
+    spatial = len(x) - 2
+    stride = _scalars(concrete, 3) or [1]
+    padding = _scalars(concrete, 4) or [0]
+    dilation = _scalars(concrete, 5) or [1]
+    transposed = concrete[6] if len(concrete) > 6 else ""
+    if transposed not in ("", "False", False):
+        return None  # transposed convolutions: not counted rather than miscounted
+    groups = (_scalars(concrete, 8) or [1])[0]
+    out = []
+    for d in range(spatial):
+        s, p, di = (v[d] if len(v) > d else v[0] for v in (stride, padding, dilation))
+        out.append((x[2 + d] + 2 * p - di * (w[2 + d] - 1) - 1) // s + 1)
+    # weight [C_out, C_in / groups, k...]: each output element costs C_in/groups * prod(k) MACs.
+    return x[0] * w[0] * _prod(out) * w[1] * _prod(w[2:]) if min(out) > 0 and groups > 0 else None
+
+
+def _conv(dims: list[Any], concrete: list[Any]) -> int | None:
+    macs = _conv_macs(dims, concrete)
+    return None if macs is None else 2 * macs
+
+
+def _conv_backward(dims: list[Any], concrete: list[Any]) -> int | None:
+    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    #                      transposed, output_padding, groups, output_mask)
+    fwd_concrete = ["", "", "", *concrete[4:10]]
+    macs = _conv_macs([dims[1], dims[2]], fwd_concrete)
+    if macs is None:
+        return None
+    mask = concrete[10] if len(concrete) > 10 else ""
+    try:
+        flags = json.loads(mask.lower()) if isinstance(mask, str) and mask else [True, True]
+    except ValueError:
+        flags = [True, True]
+    return 2 * macs * (int(bool(flags[0])) + int(bool(flags[1] if len(flags) > 1 else True)))
+
+
+def _is_causal(concrete: list[Any], index: int) -> bool:
+    return index < len(concrete) and str(concrete[index]).lower() == "true"
+
+
+def _sdpa(causal_arg: int, backward: bool) -> Callable[[list[Any], list[Any]], int | None]:
+    def flops(dims: list[Any], concrete: list[Any]) -> int | None:
+        q, k, v = (dims[i] for i in ((1, 2, 3) if backward else (0, 1, 2)))
+        if len(q) != 4 or len(k) != 4 or len(v) != 4:
+            return None
+        fn = attention_backward_flops if backward else attention_flops
+        args = (q[0], q[1], q[2], k[2], q[3], v[3])
+        return fn(*args, causal=_is_causal(concrete, causal_arg))
+
+    return flops
+
+
+# op name -> FLOPs from (input dims, concrete inputs). The is_causal position is per signature.
+OPS: dict[str, Callable[[list[Any], list[Any]], int | None]] = {
+    "aten::mm": _mm,
+    "aten::addmm": _addmm,
+    "aten::bmm": _bmm,
+    "aten::baddbmm": _baddbmm,
+    "aten::convolution": _conv,
+    "aten::convolution_backward": _conv_backward,
+    "aten::_scaled_dot_product_flash_attention": _sdpa(4, False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa(4, False),
+    "aten::_scaled_dot_product_efficient_attention": _sdpa(6, False),
+    "aten::_scaled_dot_product_cudnn_attention": _sdpa(7, False),
+    "aten::_scaled_dot_product_flash_attention_backward": _sdpa(9, True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa(7, True),
+    "aten::_scaled_dot_product_efficient_attention_backward": _sdpa(11, True),
+}
+
+
+def op_flops(name: str, dims: list[Any] | None, concrete: list[Any] | None) -> int | None:
+    """FLOPs of one op call from its recorded shapes, or None when it is not a counted op."""
+    fn = OPS.get(name)
+    if fn is None or not dims:
+        return None
+    try:
+        return fn(dims, concrete or [])
+    except (IndexError, TypeError, ValueError):
+        return None  # shapes that do not fit the op's signature: not counted
+
+
+def _device_time(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Total duration of the device activity each op launched (-1 where it launched none), and
+    for every row of the trace the index into `ops` of the op that launched it (-1: none).
+
+    An op's launches are the runtime calls on its thread inside its time range (the counted ops
+    are leaves, so nothing else launches from there), joined to activities by correlation id.
+    That holds in every Kineto version, unlike External id links, which older ones fill with the
+    correlation id.
+    """
+    out = np.full(ops.size, -1, dtype=np.int64)
+    owner = np.full(len(trace), -1, dtype=np.int64)
+    run = np.flatnonzero((trace.kind == KIND_RUNTIME) & (trace.correlation >= 0))
+    dev = np.flatnonzero(trace.of_kind(*DEVICE_KINDS) & (trace.correlation >= 0))
+    if run.size == 0 or dev.size == 0 or ops.size == 0:
+        return out, owner
+    corr, inverse = np.unique(trace.correlation[dev], return_inverse=True)
+    corr_ns = np.bincount(inverse.reshape(-1), weights=trace.dur[dev].astype(np.float64))
+    pos = np.minimum(np.searchsorted(corr, trace.correlation[run]), corr.size - 1)
+    run_ns = np.where(corr[pos] == trace.correlation[run], corr_ns[pos], -1.0)
+    launched = run_ns >= 0
+    run, run_ns = run[launched], run_ns[launched]
+    order = np.lexsort((trace.ts[run], trace.track[run]))
+    run, run_ns = run[order], run_ns[order]
+    key_track, key_ts = trace.track[run].astype(np.int64), trace.ts[run]
+    cum = np.concatenate([[0.0], np.cumsum(run_ns)])
+    run_owner = np.full(run.size, -1, dtype=np.int64)
+    for i, r in enumerate(ops.tolist()):
+        track, ts, end = int(trace.track[r]), int(trace.ts[r]), int(trace.ts[r] + trace.dur[r])
+        lo = np.searchsorted(key_track, track, side="left")
+        hi = np.searchsorted(key_track, track, side="right")
+        a = lo + np.searchsorted(key_ts[lo:hi], ts, side="left")
+        b = lo + np.searchsorted(key_ts[lo:hi], end, side="left")
+        if b > a:
+            out[i] = int(round(cum[b] - cum[a]))
+            run_owner[a:b] = i
+    # Activities inherit the op of the runtime call with their correlation id.
+    by_corr = np.argsort(trace.correlation[run], kind="stable")
+    run_corr = trace.correlation[run][by_corr]
+    at = np.minimum(np.searchsorted(run_corr, trace.correlation[dev]), run_corr.size - 1)
+    hit = run_corr[at] == trace.correlation[dev]
+    owner[dev[hit]] = run_owner[by_corr][at[hit]]
+    return out, owner
+
+
+def kernel_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
+    """Per kernel name: the FLOPs of the counted ops that launched it (an op's FLOPs split over
+    its kernels by duration), its time, achieved TFLOP/s and MFU."""
+    table = op_table(trace, peak)
+    rows = np.array([r["row"] for r in table], dtype=np.int64)
+    _, owner = _device_time(trace, rows)
+    kernels = np.flatnonzero(owner >= 0)
+    if kernels.size == 0:
+        return []
+    op_ns = np.array([max(r["time_ns"], 1) for r in table], dtype=np.float64)
+    share = trace.dur[kernels] / op_ns[owner[kernels]]
+    flops = share * np.array([r["flops"] for r in table], dtype=np.float64)[owner[kernels]]
+    out: dict[int, dict[str, Any]] = {}
+    for k, f, o in zip(kernels.tolist(), flops.tolist(), owner[kernels].tolist(), strict=True):
+        g = out.setdefault(int(trace.name[k]), {"kernel": trace.strings[trace.name[k]],
+                                                "calls": 0, "flops": 0.0, "time_ns": 0,
+                                                "dtype": table[o]["dtype"]})  # fmt: skip
+        g["calls"] += 1
+        g["flops"] += f
+        g["time_ns"] += int(trace.dur[k])
+    result = sorted(out.values(), key=lambda g: -g["time_ns"])
+    for g in result:
+        rate = g["flops"] / (g["time_ns"] * 1e-9) if g["time_ns"] else None
+        g["flops"] = int(round(g["flops"]))
+        g["tflops"] = None if rate is None else rate / 1e12
+        g_peak, g["peak"] = peak_flops(trace, g["dtype"], peak, rate)
+        g["mfu"] = None if rate is None or g_peak is None else rate / g_peak
+    return result
+
+
+def peak_flops(
+    trace: Trace, dtype: str, given: float | None = None, rate: float | None = None
+) -> tuple[float | None, str]:
+    """Peak FLOP/s for MFU at `dtype`: `given` (e.g. a measured peak), else the datasheet peak
+    of the trace's device; and a label saying which, or why there is none.
+
+    fp32 matmuls may run on TF32 tensor cores (PyTorch's allow_tf32 / matmul precision), which a
+    trace does not record: when an fp32 op's achieved `rate` beats the fp32 peak, the TF32 peak
+    is used and the label says so, instead of reporting an MFU above 100 %.
+    """
+    if given is not None:
+        return given, f"vs given peak {given / 1e12:.1f} TFLOP/s"
+    name = trace.device_name(0)
+    if not name:
+        return None, "device name not recorded in the trace: no peak"
+    kind = match_kind(name)
+    if kind is None:
+        return None, f"{name!r} is not in the peak table: no MFU"
+    table = PEAKS[kind]
+    peak = table.get(dtype)
+    if peak is None:
+        return None, f"no {dtype} peak for {kind}"
+    if dtype == "fp32" and rate is not None and rate > peak and "tf32" in table:
+        return table["tf32"], f"vs {kind} tf32 datasheet peak (fp32 ops ran above the fp32 peak)"
+    return peak, f"vs {kind} {dtype} datasheet peak"
+
+
+def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
+    """One row per counted op call: name, shapes, dtype, FLOPs, time, TFLOP/s, MFU.
+
+    `peak` (FLOP/s) replaces the datasheet peak, e.g. for a CPU or a device not in the table;
+    without it, ops timed on the host get no MFU.
+    """
+    rows = np.flatnonzero((trace.kind == KIND_CPU_OP) & (trace.input_dims >= 0))
+    wanted = {trace.symbol(n) for n in OPS} - {-1}
+    rows = rows[np.isin(trace.name[rows], np.array(sorted(wanted), dtype=np.int32))]
+    device_ns, _ = _device_time(trace, rows)
+    out = []
+    for r, dev_ns in zip(rows.tolist(), device_ns.tolist(), strict=True):
+        name = trace.strings[trace.name[r]]
+        dims = json.loads(trace.strings[trace.input_dims[r]])
+        concrete_id = int(trace.concrete_inputs[r])
+        concrete = json.loads(trace.strings[concrete_id]) if concrete_id >= 0 else []
+        flops = op_flops(name, dims, concrete)
+        if flops is None:
+            continue
+        types = trace.text(trace.input_types[r]) or "[]"
+        first = next((t for t in json.loads(types) if t in _DTYPES), None)
+        dtype = _DTYPES.get(first, "?") if first else "?"
+        on_device = dev_ns >= 0
+        ns = dev_ns if on_device else int(trace.dur[r])
+        rate = flops / (ns * 1e-9) if ns > 0 else None
+        if on_device or peak is not None:
+            op_peak, label = peak_flops(trace, dtype, peak, rate)
+        else:
+            op_peak, label = None, "host execution: no peak given"
+        out.append(
+            {
+                "row": r,
+                "op": name,
+                "input_dims": dims,
+                "dtype": dtype,
+                "flops": flops,
+                "time_ns": ns,
+                "timed_on": "device" if on_device else "host",
+                "tflops": None if rate is None else rate / 1e12,
+                "mfu": None if rate is None or op_peak is None else rate / op_peak,
+                "peak": label,
+            }
+        )
+    return out
+
+
+def mfu_summary(trace: Trace, top: int = 10, peak: float | None = None) -> dict[str, Any]:
+    """Counted FLOPs and time in total, per profiler step, and the ops (by name, shapes and
+    dtype) that took the most time, with achieved TFLOP/s and MFU."""
+    from trainready.profile.analysis import profiler_steps
+
+    table = op_table(trace, peak)
+    groups: dict[tuple, dict[str, Any]] = {}
+    for row in table:
+        key = (row["op"], json.dumps(row["input_dims"]), row["dtype"])
+        g = groups.setdefault(key, {"op": row["op"], "input_dims": row["input_dims"],
+                                    "dtype": row["dtype"], "calls": 0, "flops": 0,
+                                    "time_ns": 0, "peak": row["peak"], "mfu": None,
+                                    "timed_on": row["timed_on"]})  # fmt: skip
+        g["calls"] += 1
+        g["flops"] += row["flops"]
+        g["time_ns"] += row["time_ns"]
+    ranked = sorted(groups.values(), key=lambda g: -g["time_ns"])
+    for g in ranked:
+        rate = g["flops"] / (g["time_ns"] * 1e-9) if g["time_ns"] else None
+        g["tflops"] = None if rate is None else rate / 1e12
+        if rate is not None and (g["timed_on"] == "device" or peak is not None):
+            g_peak, g["peak"] = peak_flops(trace, g["dtype"], peak, rate)
+            g["mfu"] = rate / g_peak if g_peak else None
+    steps = []
+    starts = [(number, start, end) for number, start, end in profiler_steps(trace)]
+    op_ts = np.array([int(trace.ts[r["row"]]) for r in table], dtype=np.int64)
+    op_flops_arr = np.array([r["flops"] for r in table], dtype=np.float64)
+    for number, start, end in starts:
+        inside = (op_ts >= start) & (op_ts < end)
+        flops = float(op_flops_arr[inside].sum()) if op_ts.size else 0.0
+        steps.append({"step": number, "flops": int(flops), "host_ns": end - start,
+                      "tflops_over_host_time": flops / ((end - start) * 1e-9) / 1e12
+                      if end > start else None})  # fmt: skip
+    total_flops = sum(r["flops"] for r in table)
+    total_ns = sum(r["time_ns"] for r in table)
+    return {
+        "ops": len(table),
+        "flops": total_flops,
+        "time_ns": total_ns,
+        "tflops": total_flops / (total_ns * 1e-9) / 1e12 if total_ns else None,
+        "steps": steps,
+        "top": ranked[:top],
+        "kernels": kernel_table(trace, peak)[:top],
+    }
