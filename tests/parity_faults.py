@@ -1,0 +1,103 @@
+"""Tiny models with faults planted on purpose, for the parity suite's tests (model factories:
+`tests.parity_faults:NAME`, each called as NAME(seed) -> nn.Module)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+VOCAB = 64
+DIM = 32
+SEQ = 16
+
+
+class TinyLM(nn.Module):
+    """Embedding -> one residual MLP block -> norm -> head: forward(ids [B,T]) -> logits."""
+
+    vocab_size = VOCAB
+    seq_len = SEQ
+    traits = {"mlp": "gelu", "moe": "dense"}
+
+    def __init__(self, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.up = nn.Linear(DIM, 2 * DIM)
+        self.down = nn.Linear(2 * DIM, DIM)
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(h)))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        h = h + self.mlp(h)
+        return self.head(self.norm(h))
+
+
+class _SkewedLinear(torch.autograd.Function):
+    """y = x W^T + b, whose backward returns the weight gradient 2% too large below float64: a
+    low-precision kernel bug that the float64 reference does not share."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):  # noqa: ANN001
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t() + bias
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        x, weight = ctx.saved_tensors
+        grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        if grad_w.dtype != torch.float64:
+            grad_w = grad_w * 1.02
+        return grad @ weight, grad_w, grad.reshape(-1, grad.shape[-1]).sum(0)
+
+
+class WrongBackward(TinyLM):
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(h))
+        return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias)
+
+
+class ItemInForward(TinyLM):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        scale = h.detach().abs().max().item()  # a host sync, and a graph break when compiled
+        h = h / scale
+        return self.head(self.norm(h + self.mlp(h)))
+
+
+class CpuRoundTrip(TinyLM):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        h = h.cpu().to(ids.device)  # to the host and back
+        return self.head(self.norm(h + self.mlp(h)))
+
+
+class CrashWhenCompiled(TinyLM):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        if torch.compiler.is_compiling():  # only the compiled trace takes this branch
+            h = h @ torch.ones(DIM + 1, DIM, device=h.device)  # shapes do not agree
+        return self.head(self.norm(h + self.mlp(h)))
+
+
+def clean(seed: int) -> nn.Module:
+    return TinyLM(seed)
+
+
+def wrong_backward(seed: int) -> nn.Module:
+    return WrongBackward(seed)
+
+
+def item_in_forward(seed: int) -> nn.Module:
+    return ItemInForward(seed)
+
+
+def cpu_round_trip(seed: int) -> nn.Module:
+    return CpuRoundTrip(seed)
+
+
+def crash_when_compiled(seed: int) -> nn.Module:
+    return CrashWhenCompiled(seed)

@@ -1,0 +1,124 @@
+"""The time-to-result ledger: totals, the break-even step (including never and equal speed), and
+the `trainready ledger` calculator with its exact interface."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainready.config import ConfigError
+from trainready.ledger import Mode, break_even_step, ledger, parse_mode, parse_steps, to_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EAGER = Mode("eager", first_step_s=3.0, tokens_per_s=1000.0)  # 1 s per 1000-token step
+COMPILED = Mode("compiled", first_step_s=93.0, tokens_per_s=1250.0)  # 0.8 s per step
+
+
+def test_total_is_first_step_plus_steady_steps():
+    assert EAGER.total_s(1000, 1) == 3.0
+    assert EAGER.total_s(1000, 11) == pytest.approx(3.0 + 10 * 1.0)
+    assert COMPILED.total_s(1000, 101) == pytest.approx(93.0 + 100 * 0.8)
+
+
+def test_break_even_is_the_first_step_where_compiled_is_not_slower():
+    # Head start 90 s, gain 0.2 s per step: caught up after 450 steady steps, at N = 451.
+    n = break_even_step(EAGER, COMPILED, 1000)
+    assert n == 451
+    assert COMPILED.total_s(1000, n) <= EAGER.total_s(1000, n)
+    assert COMPILED.total_s(1000, n - 1) > EAGER.total_s(1000, n - 1)
+
+
+def test_break_even_matches_brute_force_on_awkward_numbers():
+    base = Mode("a", 0.37, 311.0)
+    challenger = Mode("b", 41.3, 377.7)
+    brute = next(
+        n for n in range(1, 100_000) if challenger.total_s(4096, n) <= base.total_s(4096, n)
+    )
+    assert break_even_step(base, challenger, 4096) == brute
+
+
+def test_never_breaks_even_when_slower_to_start_and_per_step():
+    slow = Mode("compiled", 90.0, 900.0)
+    assert break_even_step(EAGER, slow, 1000) is None
+
+
+def test_equal_speed_never_catches_up_unless_it_starts_no_slower():
+    same_rate_later = Mode("compiled", 10.0, EAGER.tokens_per_s)
+    assert break_even_step(EAGER, same_rate_later, 1000) is None
+    same_rate_same_start = Mode("compiled", EAGER.first_step_s, EAGER.tokens_per_s)
+    assert break_even_step(EAGER, same_rate_same_start, 1000) == 1
+
+
+def test_a_faster_first_step_breaks_even_at_step_one():
+    assert break_even_step(COMPILED, EAGER, 1000) == 1
+
+
+def test_ledger_result_and_json_shape():
+    result = ledger([EAGER, COMPILED], 1000, [100, 1, 1000])
+    assert list(result["totals"]["eager"]) == [1, 100, 1000]
+    assert result["totals"]["compiled"][1000] == pytest.approx(93.0 + 999 * 0.8)
+    assert result["break_even_step"] == 451
+    doc = json.loads(json.dumps(to_json(result)))
+    assert doc["totals"]["eager"]["100"] == pytest.approx(102.0)
+    assert ledger([EAGER], 1000, [1])["break_even_step"] is None
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: parse_mode("compiled:95"), "malformed --mode"),
+        (lambda: parse_mode("compiled:x:1"), "must be numbers"),
+        (lambda: parse_mode("compiled:1:0"), "tokens/s must be a positive number"),
+        (lambda: parse_mode("compiled:-1:10"), "first-step time must be"),
+        (lambda: parse_steps("1,0"), "malformed --steps"),
+        (lambda: parse_steps("ten"), "malformed --steps"),
+        (lambda: ledger([EAGER, EAGER], 1000), "unique"),
+        (lambda: ledger([EAGER], 0), "tokens per step"),
+    ],
+)
+def test_bad_input_is_a_config_error(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
+
+
+def test_mode_name_may_contain_colons():
+    assert parse_mode("compiled:warm:12.5:4000") == Mode("compiled:warm", 12.5, 4000.0)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainready", "ledger", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_json_and_text():
+    modes = ["--mode", "eager:3:1000", "--mode", "compiled:93:1250"]
+    p = _cli("--tokens-per-step", "1000", *modes, "--steps", "1,451", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc == {
+        "totals": {
+            "eager": {"1": 3.0, "451": pytest.approx(453.0)},
+            "compiled": {"1": 93.0, "451": pytest.approx(453.0)},
+        },
+        "break_even_step": 451,
+    }
+    text = _cli("--tokens-per-step", "1000", *modes)
+    assert text.returncode == 0, text.stderr
+    assert "catches up with eager at step 451" in text.stdout
+
+
+def test_cli_bad_input_is_one_line_and_exit_2():
+    p = _cli("--tokens-per-step", "1000", "--mode", "eager:3")
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "malformed --mode 'eager:3'" in lines[0]

@@ -1,0 +1,89 @@
+"""The Hugging Face zoo: generic shrinking, per-type adjustments, traits read from real configs."""
+
+import pytest
+import torch
+
+from trainready.models import hf
+
+
+def test_shrink_cuts_sizes_layers_and_token_ids_and_zeroes_randomness():
+    d = hf.shrink(
+        {
+            "hidden_size": 4096,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 32,
+            "vocab_size": 151936,
+            "bos_token_id": 151643,
+            "eos_token_id": [151645, 151643],
+            "attention_dropout": 0.1,
+            "router_jitter_noise": 0.01,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "num_experts": 2,  # already small: kept
+            "layer_types": ["linear", "linear", "linear", "full", "linear", "linear"],
+            "intermediate_size": [11008] * 6,  # per-layer list: as long as the layer count
+            "text_config": {"model_type": "t", "hidden_size": 1024},
+        }
+    )
+    assert d["hidden_size"] == hf.HIDDEN and d["num_hidden_layers"] == hf.LAYERS
+    assert d["num_attention_heads"] == hf.HEADS and d["vocab_size"] == hf.VOCAB_SIZE
+    assert d["bos_token_id"] == 1 and d["eos_token_id"] == [2]
+    assert d["attention_dropout"] == 0.0 and d["router_jitter_noise"] == 0.0
+    assert d["rms_norm_eps"] == 1e-6 and d["tie_word_embeddings"] is True
+    assert d["num_experts"] == 2
+    assert d["layer_types"] == ["linear", "full"]  # the hybrid stays hybrid
+    assert d["intermediate_size"] == [2 * hf.HIDDEN] * 2
+    assert d["text_config"]["hidden_size"] == hf.HIDDEN
+    assert d["use_cache"] is False
+
+
+def test_mla_configs_get_consistent_head_sizes():
+    d = hf.shrink(
+        {
+            "hidden_size": 7168,
+            "num_attention_heads": 128,
+            "num_key_value_heads": 128,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "head_dim": 64,
+        }
+    )
+    assert d["head_dim"] == d["qk_rope_head_dim"] == hf.HEAD_DIM // 2
+    assert d["num_key_value_heads"] == d["num_attention_heads"]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "expected"),
+    [
+        ("llama", {"attention": "gqa", "position": "rope", "norm": "rmsnorm", "moe": "dense"}),
+        ("gpt2", {"attention": "mha", "position": "learned", "norm": "layernorm"}),
+        ("mixtral", {"moe": "moe", "mlp": "silu"}),
+        ("deepseek_v3", {"attention": "mla", "moe": "moe"}),
+        ("qwen3_next", {"attention": "hybrid"}),
+        ("bloom", {"position": "alibi"}),
+    ],
+)
+def test_traits_read_from_real_configs(model_type, expected):
+    traits = hf.traits(hf.tiny_config(model_type))
+    assert {k: traits[k] for k in expected} == expected
+
+
+def test_a_tiny_model_builds_and_trains_a_step():
+    model = hf.build("qwen3_moe")
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    ids = torch.randint(0, hf.VOCAB_SIZE, (2, hf.SEQ_LEN))
+    logits = model(ids)
+    assert logits.shape == (2, hf.SEQ_LEN, hf.VOCAB_SIZE)
+    logits.logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_unknown_type_is_a_build_error_naming_it():
+    with pytest.raises(hf.BuildError, match="'gpt-17' is not a causal-LM type"):
+        hf.tiny_config("gpt-17")
+
+
+def test_every_type_is_listed_once_and_sorted():
+    types = hf.model_types()
+    assert types == sorted(set(types)) and "llama" in types and len(types) > 100

@@ -1,0 +1,84 @@
+"""`trainready ledger`: time to N steps per mode, and the break-even step, from given numbers."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from trainready.clikit import console, guard
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: '0.84 s', '12.5 min', '3.2 h', '4.1 d'."""
+    for unit, size in (("d", 86_400.0), ("h", 3_600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def _text(result: dict, modes: list, tokens_per_step: float) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Total time to N steps ({tokens_per_step:,g} tokens per step)")
+    table.add_column("N", justify="right")
+    for m in modes:
+        table.add_column(
+            f"{m.name}\nfirst {duration(m.first_step_s)}, {m.tokens_per_s:,g} tok/s",
+            justify="right",
+        )
+    steps = next(iter(result["totals"].values()))
+    for n in steps:
+        table.add_row(f"{n:,}", *(duration(result["totals"][m.name][n]) for m in modes))
+    console.print(table)
+    if len(modes) < 2:
+        return
+    base, challenger = modes[0], modes[1]
+    n = result["break_even_step"]
+    if n is None:
+        line = (
+            f"break-even: never — {challenger.name} starts slower than {base.name} and is not "
+            "faster per step"
+        )
+    elif n == 1:
+        line = (
+            f"break-even: step 1 — {challenger.name} is no slower than {base.name} from the start"
+        )
+    else:
+        line = f"break-even: {challenger.name} catches up with {base.name} at step {n:,}"
+    console.print(line, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guard
+    def ledger(
+        tokens_per_step: Annotated[
+            float, typer.Option(help="Tokens per optimizer step (global batch x sequence length).")
+        ],
+        mode: Annotated[
+            list[str],
+            typer.Option(
+                help="NAME:FIRST_STEP_S:TOKENS_PER_S, repeatable; the second is compared with "
+                "the first for the break-even step."
+            ),
+        ],
+        steps: Annotated[
+            str | None, typer.Option(help="Step counts N, comma-separated (default 1,10,…,1e5).")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Total time to N steps per mode (first step + (N-1) steady steps) and the break-even
+        step of the second mode against the first."""
+        from trainready import ledger as arithmetic
+
+        modes = [arithmetic.parse_mode(text) for text in mode]
+        step_counts = (
+            arithmetic.parse_steps(steps) if steps is not None else list(arithmetic.DEFAULT_STEPS)
+        )
+        result = arithmetic.ledger(modes, tokens_per_step, step_counts)
+        if as_json:
+            print(json.dumps(arithmetic.to_json(result)))
+        else:
+            _text(result, modes, tokens_per_step)

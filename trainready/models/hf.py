@@ -1,0 +1,579 @@
+"""The Hugging Face zoo: every causal-LM model type of the installed transformers, built tiny.
+
+Each type is built from its default config shrunk to a few hundred thousand parameters (2 layers,
+hidden 64, 4 heads / 2 KV heads, vocab 512, 4 small experts for MoE, `use_cache=False`) with random
+weights, never downloaded. Shrinking is generic -- a rule per config field name (`SIZES`), per-layer
+lists cut to the layer count while keeping every distinct layer kind, sizes that must agree
+recomputed (`_derive`: MLA heads, Mamba inner widths), dropout and router noise zeroed -- plus short
+tables of per-type fixes where a config's validators or fixed sizes need them (`ADJUST`), where a
+default config fails its own validator (`DEFAULT_KWARGS`), or where a model needs set-up before its
+first forward (`AFTER_BUILD`). Models use transformers' plain PyTorch attention and expert loops
+("eager"), which also run in float64, so the float64 reference executes the same code.
+
+    model_types()                 -> the causal-LM types of this transformers, sorted
+    tiny_config(model_type)       -> the shrunk PretrainedConfig (raises BuildError with the reason)
+    build(model_type, seed=0)     -> CausalLM: forward(input_ids [B,T]) -> logits [B,T,V]
+    traits(config)                -> norm, mlp, moe, attention kind, position encoding
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+VOCAB_SIZE = 512
+SEQ_LEN = 32
+LAYERS = 2
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+EXPERTS = 4
+TOP_K = 2
+
+# Field name -> tiny value. A field is shrunk only when its default is an int (not a bool) and
+# larger than the tiny value, so flags, ratios and already-small fields keep their meaning.
+SIZES: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            "num_hidden_layers",
+            "n_layer",
+            "n_layers",
+            "num_layers",
+            "num_blocks",
+            "decoder_layers",
+            "encoder_layers",
+            "num_decoder_layers",
+            "num_encoder_layers",
+        ),
+        LAYERS,
+    ),
+    **dict.fromkeys(
+        (
+            "hidden_size",
+            "n_embd",
+            "n_embed",
+            "d_model",
+            "dim",
+            "embedding_size",
+            "word_embed_proj_dim",
+            "attention_hidden_size",
+            "lru_width",
+            "backbone_hidden_size",
+            "embedding_dim",
+            "emb_dim",
+            "pronunciation_embed_dim",
+            "shape_embed_dim",
+            "input_embedding_size",
+            "output_embedding_size",
+        ),
+        HIDDEN,
+    ),
+    **dict.fromkeys(
+        (
+            "intermediate_size",
+            "n_inner",
+            "ffn_dim",
+            "decoder_ffn_dim",
+            "encoder_ffn_dim",
+            "d_ff",
+            "dff",
+            "dim_ff",
+            "ffn_hidden_size",
+            "feed_forward_size",
+            "intermediate_size_mlp",
+            "dense_intermediate_size",
+            "expert_ffn_hidden_size",
+            "d_inner",
+        ),
+        2 * HIDDEN,
+    ),
+    **dict.fromkeys(
+        (
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "shared_intermediate_size",
+            "shared_experts_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+        ),
+        HIDDEN // 2,
+    ),
+    **dict.fromkeys(
+        (
+            "num_attention_heads",
+            "n_head",
+            "n_heads",
+            "num_heads",
+            "decoder_attention_heads",
+            "encoder_attention_heads",
+            "num_decoder_attention_heads",
+            "num_encoder_attention_heads",
+            "swa_num_attention_heads",
+            "linear_num_value_heads",
+            "linear_num_heads",
+            "index_n_heads",
+            "mamba_n_heads",
+            "mamba_num_heads",
+            "n_mamba_heads",
+        ),
+        HEADS,
+    ),
+    **dict.fromkeys(
+        (
+            "num_key_value_heads",
+            "num_kv_heads",
+            "swa_num_key_value_heads",
+            "linear_num_key_heads",
+            "mamba_n_groups",
+            "n_groups",
+        ),
+        KV_HEADS,
+    ),
+    **dict.fromkeys(
+        (
+            "head_dim",
+            "swa_head_dim",
+            "qk_head_dim",
+            "v_head_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_head_dim",
+            "index_head_dim",
+            "attention_head_dim",
+            "attention_head_size",
+            "mamba_d_head",
+            "mamba_head_dim",
+            "dim_head",
+            "kv_channels",
+            "d_rel",
+            "d_head",
+        ),
+        HEAD_DIM,
+    ),
+    **dict.fromkeys(("qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim"), HEAD_DIM // 2),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank", "o_lora_rank"), 32),
+    **dict.fromkeys(
+        (
+            "num_experts",
+            "num_local_experts",
+            "n_routed_experts",
+            "moe_num_experts",
+            "num_experts_per_layer",
+            "zero_expert_num",
+        ),
+        EXPERTS,
+    ),
+    **dict.fromkeys(
+        ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "topk"), TOP_K
+    ),
+    **dict.fromkeys(
+        ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "n_group"), 1
+    ),
+    **dict.fromkeys(("topk_group", "num_expert_group"), 1),
+    **dict.fromkeys(
+        (
+            "vocab_size",
+            "decoder_vocab_size",
+            "unpadded_vocab_size",
+            "vocab_size_per_layer_input",
+            "pronunciation_vocab_size",
+            "shape_vocab_size",
+        ),
+        VOCAB_SIZE,
+    ),
+    **dict.fromkeys(
+        (
+            "max_position_embeddings",
+            "n_positions",
+            "n_ctx",
+            "max_seq_len",
+            "model_max_length",
+            "original_max_position_embeddings",
+        ),
+        4 * SEQ_LEN,
+    ),
+    **dict.fromkeys(
+        (
+            "sliding_window",
+            "sliding_window_size",
+            "attention_window_size",
+            "window_size",
+            "local_attention",
+            "attention_chunk_size",
+        ),
+        SEQ_LEN // 2,
+    ),
+    **dict.fromkeys(("mamba_d_state", "state_size", "ssm_state_size"), 16),
+    **dict.fromkeys(("chunk_size", "mamba_chunk_size"), SEQ_LEN // 2),
+    **dict.fromkeys(("hidden_size_per_layer_input", "laurel_rank", "ple_embed_dim"), 16),
+    "first_k_dense_replace": 1,
+    "num_dense_layers": 1,
+    "num_nextn_predict_layers": 0,
+    "index_topk": 8,
+    "time_step_rank": 8,
+    "mamba_dt_rank": 8,
+}
+
+# Token ids must sit inside the small vocabulary.
+TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1}
+
+# Per-layer lists cut to LAYERS entries (keeping every distinct kind, so hybrids stay hybrid).
+LAYER_LISTS = (
+    "layer_types",
+    "mlp_layer_types",
+    "layers_block_type",
+    "block_types",
+    "attention_types_expanded",
+    "indexer_types",
+    "mtp_layers_block_type",
+    "num_attention_heads_per_layer",
+    "attention_layers",
+)
+
+
+# Float fields that make a training step random (dropout, router noise): zeroed.
+_RANDOM_FIELD = re.compile(r"drop|pdrop|jitter|noise")
+
+
+class BuildError(Exception):
+    """A model type that cannot be built tiny here; the message says why."""
+
+
+# --- shrinking ------------------------------------------------------------------------------------
+
+
+def _cut_layers(values: list[Any], n: int) -> list[Any]:
+    """n entries of a per-layer list: the first of each distinct kind first, in layer order."""
+    firsts: list[int] = []
+    seen: list[Any] = []
+    for i, v in enumerate(values):
+        if v not in seen:
+            seen.append(v)
+            firsts.append(i)
+    keep = sorted(firsts[:n])
+    rest = [i for i in range(len(values)) if i not in keep]
+    return [values[i] for i in sorted(keep + rest[: max(0, n - len(keep))])]
+
+
+def _original_layers(d: dict[str, Any]) -> int | None:
+    return next((d[k] for k in SIZES if SIZES[k] == LAYERS and isinstance(d.get(k), int)), None)
+
+
+def shrink(d: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with sizes cut by `SIZES`, token ids in the vocabulary, no cache, per-layer
+    lists cut to LAYERS (named ones, and any list as long as the original layer count), sizes
+    that must agree recomputed (`_derive`). Nested sub-configs are shrunk as well."""
+    out = dict(d)
+    layers = _original_layers(d)
+    for key, value in d.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and _RANDOM_FIELD.search(key):
+            out[key] = 0.0  # dropout and noise: two runs of one model must compute the same
+        elif key in SIZES and isinstance(value, int) and value > SIZES[key]:
+            out[key] = SIZES[key]
+        elif key in TOKEN_IDS and isinstance(value, int):
+            out[key] = TOKEN_IDS[key]
+        elif key in TOKEN_IDS and isinstance(value, list):
+            out[key] = [TOKEN_IDS[key]]
+        elif (
+            isinstance(value, list)
+            and len(value) > LAYERS
+            and (key in LAYER_LISTS or (layers and len(value) == layers))
+        ):
+            cut = _cut_layers(value, LAYERS)
+            out[key] = [min(v, SIZES[key]) if key in SIZES else v for v in cut]
+        elif key == "per_layer_config" and isinstance(value, dict):
+            out[key] = {i: c for i, c in value.items() if int(i) < LAYERS}
+        elif isinstance(value, dict) and ("model_type" in value or value.keys() & SIZES.keys()):
+            out[key] = shrink(value)  # a sub-config (text, vision, encoder, attention, ...)
+    _derive(out)
+    if "use_cache" in out or "num_hidden_layers" in out:
+        out["use_cache"] = False
+    for key in ("id2label", "label2id", "_name_or_path", "transformers_version", "dtype"):
+        out.pop(key, None)
+    return out
+
+
+def _derive(d: dict[str, Any]) -> None:
+    """Sizes that a config checks against each other, recomputed from the shrunk ones."""
+    hidden = d.get("hidden_size")
+    if isinstance(d.get("kv_lora_rank"), int) and isinstance(d.get("qk_rope_head_dim"), int):
+        # MLA: the rotary part is head_dim wide; the query/key head is nope + rope; keys and
+        # values are expanded per query head from the latent.
+        d["head_dim"] = d["qk_rope_head_dim"]
+        if isinstance(d.get("num_key_value_heads"), int):
+            d["num_key_value_heads"] = d["num_attention_heads"]
+        if "qk_head_dim" in d:
+            d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    expand = d.get("mamba_expand", d.get("expand"))
+    if isinstance(hidden, int) and isinstance(expand, int):
+        inner = expand * hidden
+        if "mamba_d_ssm" in d:
+            d["mamba_d_ssm"] = inner
+        for heads_key, dim_key in (
+            ("mamba_n_heads", "mamba_d_head"),
+            ("n_mamba_heads", "mamba_headdim"),
+            ("mamba_num_heads", "mamba_head_dim"),
+            ("num_heads", "head_dim"),
+        ):
+            if isinstance(d.get(heads_key), int) and dim_key in d and "mamba" in str(d):
+                d[dim_key] = inner // d[heads_key]
+
+
+# Per-type adjustments after the generic shrink, where a validator or a fixed size needs them.
+def _set(**kw: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(d: dict[str, Any]) -> None:
+        d.update(kw)
+
+    return apply
+
+
+def _rope_per_layer_type(d: dict[str, Any]) -> None:
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    d["rope_parameters"] = {t: dict(rope) for t in set(d["layer_types"])}
+
+
+def _nested(key: str, **kw: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(d: dict[str, Any]) -> None:
+        d[key] = {**d[key], **kw}
+
+    return apply
+
+
+ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
+    # Default configs that leave a size None which the modeling code needs (transformers 5.x).
+    "hunyuan_v1_dense": _set(head_dim=HEAD_DIM),
+    "hunyuan_v1_moe": _set(head_dim=HEAD_DIM),
+    "ministral": _set(head_dim=HEAD_DIM),
+    "nemotron": _set(num_key_value_heads=KV_HEADS),
+    "dots1": _set(n_routed_experts=EXPERTS, num_experts_per_tok=TOP_K, n_shared_experts=1),
+    "deepseek_v2": _set(num_experts_per_tok=TOP_K),
+    # MLA with a sliding-window head as wide as the MLA query/key head.
+    "dots3_note": _set(num_key_value_heads=HEADS, swa_head_dim=HEAD_DIM, head_dim=HEAD_DIM),
+    "dots3_note_text": _set(num_key_value_heads=HEADS, swa_head_dim=HEAD_DIM, head_dim=HEAD_DIM),
+    "dbrx": _nested("attn_config", rope_theta=10000.0, clip_qkv=8.0),
+    "lfm2_moe": _set(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    "cohere_compass_text": _rope_per_layer_type,
+    # Validators tying layer counts together.
+    "dory": _set(
+        num_hidden_layers=3,
+        layer_types=["sliding_attention", "mlp", "full_attention"],
+        n_input_layers=1,
+        n_recurrent_layers=1,
+        n_output_layers=1,
+    ),
+    "gpt_neo": _set(attention_types=[[["global", "local"], 1]]),
+    # Shared-block tying needs two hybrid layers: four layers, hybrid at 1 and 3.
+    # The shared attention block sees the hidden state concatenated with the embeddings: twice
+    # as wide. Zamba's shared-block tying needs two hybrid layers.
+    "zamba": _set(
+        num_hidden_layers=4,
+        layers_block_type=["linear_attention", "hybrid"] * 2,
+        attention_hidden_size=2 * HIDDEN,
+        attention_head_dim=2 * HIDDEN // HEADS,
+    ),
+    "zamba2": _set(
+        attention_hidden_size=2 * HIDDEN, attention_head_dim=2 * HIDDEN // HEADS, kv_channels=16
+    ),
+    # Hierarchical reasoning loops: one cycle of each level is enough to exercise them.
+    "hrm_text": _set(H_cycles=1, L_cycles=1),
+    "reformer": _set(
+        is_decoder=True, axial_pos_embds_dim=[HIDDEN // 2, HIDDEN // 2], axial_pos_shape=[4, 8]
+    ),
+    "gemma3n_text": _set(num_kv_shared_layers=0),
+    "gemma4_unified_assistant": _set(num_kv_shared_layers=0),
+    # One codebook: the decoder then reads plain [B, T] token ids.
+    "musicgen": _set(num_codebooks=1),
+    "musicgen_melody": _set(num_codebooks=1),
+}
+
+# Keyword arguments for the default config itself, where the default fails its own validator.
+DEFAULT_KWARGS: dict[str, dict[str, Any]] = {
+    "gemma4_assistant": {"hidden_size_per_layer_input": 0},
+}
+
+# Set-up a built model needs before its first forward.
+AFTER_BUILD: dict[str, Callable[[nn.Module], None]] = {
+    "xmod": lambda m: m.set_default_language(next(iter(m.config.languages))),
+}
+
+
+# --- building -------------------------------------------------------------------------------------
+
+
+def model_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers warns about every shrunk config; those warnings are not findings."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+        hf_logging.set_verbosity(level)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}"[:400]
+
+
+def model_class(model_type: str) -> Any:
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if name is None:
+        raise BuildError(f"{model_type!r} is not a causal-LM type of this transformers")
+    try:
+        return getattr(transformers, name)
+    except Exception as e:  # noqa: BLE001 - a missing optional dependency, say
+        raise BuildError(f"{name} does not import: {_one_line(e)}") from e
+
+
+def tiny_config(model_type: str) -> Any:
+    """The shrunk config of the class the causal-LM model takes (a text config for some types)."""
+    cls = model_class(model_type).config_class
+    with _quiet():
+        try:
+            d = shrink(cls(**DEFAULT_KWARGS.get(model_type, {})).to_dict())
+        except Exception as e:  # noqa: BLE001 - a default config that does not validate
+            raise BuildError(f"default config does not build: {_one_line(e)}") from e
+        if model_type in ADJUST:
+            ADJUST[model_type](d)
+        d.pop("model_type", None)
+        try:
+            return cls(**d)
+        except Exception as e:  # noqa: BLE001 - the shrunk config fails a validator
+            raise BuildError(f"shrunk config rejected: {_one_line(e)}") from e
+
+
+class CausalLM(nn.Module):
+    """A transformers causal LM behind one interface: input_ids [B,T] -> logits [B,T,V]."""
+
+    def __init__(self, model: nn.Module, model_type: str):
+        super().__init__()
+        self.model = model
+        self.model_type = model_type
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+    def aux_loss(self) -> torch.Tensor | float:
+        return 0.0
+
+
+def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
+    """The tiny model with seeded random weights, in float32 on the CPU."""
+    config = config if config is not None else tiny_config(model_type)
+    cls = model_class(model_type)
+    # The plain PyTorch attention and expert loops: they run in float64 too, so the reference
+    # executes the same code as the device (fused grouped-GEMM experts have no float64 kernel).
+    config._attn_implementation = "eager"
+    config._experts_implementation = "eager"
+    torch.manual_seed(seed)
+    with _quiet():
+        try:
+            model = cls(config)
+            if model_type in AFTER_BUILD:
+                AFTER_BUILD[model_type](model)
+        except Exception as e:  # noqa: BLE001 - any failure to construct is the finding
+            raise BuildError(f"model does not build: {_one_line(e)}") from e
+    return CausalLM(model.float(), model_type)
+
+
+# --- traits ---------------------------------------------------------------------------------------
+
+
+def _get(config: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _text_config(config: Any) -> Any:
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def _attention(c: Any) -> str:
+    types = [str(t) for t in (_get(c, "layer_types", "layers_block_type", "block_types") or [])]
+    recurrent = ("linear", "mamba", "ssm", "conv", "recurrent", "rwkv", "deltanet", "kda", "gdn")
+    if any(any(k in t.lower() for k in recurrent) for t in types):
+        return "hybrid"
+    if _get(c, "kv_lora_rank") is not None:
+        return "mla"
+    if any("sliding" in t or "local" in t or "chunk" in t for t in types):
+        return "sliding"
+    if _get(c, "sliding_window") and _get(c, "use_sliding_window", default=True):
+        return "sliding"
+    heads = _get(c, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    kv = _get(c, "num_key_value_heads", "num_kv_heads", "multi_query_group_num")
+    if _get(c, "multi_query") is True:
+        return "mqa"
+    if heads and kv and kv < heads:
+        return "mqa" if kv == 1 else "gqa"
+    return "mha" if heads else "none"
+
+
+def _position(c: Any) -> str:
+    pe = str(_get(c, "position_embedding_type", "positional_embedding", default="")).lower()
+    if "alibi" in pe or _get(c, "alibi") or getattr(c, "model_type", "") in ("bloom", "mpt"):
+        return "alibi"
+    if _get(c, "rope_parameters", "rope_theta", "rotary_dim", "rotary_emb_base") is not None:
+        return "rope"
+    if "relative" in pe or _get(c, "relative_attention_num_buckets") is not None:
+        return "relative"
+    if _get(c, "max_position_embeddings", "n_positions") is not None:
+        return "learned"
+    return "none"
+
+
+def _norm(c: Any) -> str:
+    if _get(c, "rms_norm_eps", "norm_eps") is not None and _get(c, "layer_norm_eps") is None:
+        return "rmsnorm"
+    if _get(c, "layer_norm_eps", "layer_norm_epsilon") is not None:
+        return "layernorm"
+    return "unknown"
+
+
+def _mlp(c: Any) -> str:
+    act = str(_get(c, "hidden_act", "activation_function", "hidden_activation", default="?"))
+    return act
+
+
+def traits(config: Any) -> dict[str, str]:
+    """What the config says about the architecture, to group results by."""
+    c = _text_config(config)
+    experts = _get(c, *("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
+    return {
+        "norm": _norm(c),
+        "mlp": _mlp(c),
+        "moe": "moe" if isinstance(experts, int) and experts > 1 else "dense",
+        "attention": _attention(c),
+        "position": _position(c),
+    }

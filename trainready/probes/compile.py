@@ -1,0 +1,213 @@
+"""Compile probe: what torch.compile did while a region ran.
+
+Graph breaks (count, unique reasons, where in user code, the user stack), recompiles (with the
+guard that failed), frames that fell back to eager, and dynamo's own compile time -- from
+`torch._dynamo.utils.counters`, `compilation_time_metrics` and dynamo's `graph_breaks` and
+`recompiles` log artifacts, captured for the duration of a `with CompileProbe() as probe:` block.
+
+The counters are process-global and cumulative, so the probe reports the difference between the
+end and the start of the block.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
+COMPILE_METRIC = "_compile.compile_inner"  # dynamo's time per frame compile, backend included
+MAX_STACK_LINES = 12
+
+_INTERNAL_DIRS = tuple(
+    str(Path(spec.origin).parent) + "/"
+    for spec in (importlib.util.find_spec("torch"), importlib.util.find_spec("trainready"))
+    if spec and spec.origin
+)
+_LOCATION = re.compile(r"in user code at (?P<where>\S+)")
+_FUNCTION = re.compile(r"Recompiling function (?P<fn>.+?)\s*$", re.MULTILINE)
+
+
+@dataclass
+class GraphBreak:
+    reason: str  # the first line of dynamo's explanation, e.g. "Unsupported Tensor.item() call…"
+    where: str  # file:line in user code
+    user_stack: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "where": self.where, "user_stack": self.user_stack}
+
+
+@dataclass
+class CompileReport:
+    graph_breaks: int = 0
+    break_reasons: dict[str, int] = field(default_factory=dict)  # unique reason -> count
+    breaks: list[GraphBreak] = field(default_factory=list)  # one per distinct (reason, where)
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+    frames: int = 0
+    frames_ok: int = 0
+    graphs: int = 0
+    compile_s: float = 0.0
+
+    @property
+    def eager_frames(self) -> int:
+        """Frames dynamo tried and left to run eagerly (it failed or declined to compile them)."""
+        return max(0, self.frames - self.frames_ok)
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "graph_breaks": float(self.graph_breaks),
+            "recompiles": float(self.recompiles),
+            "eager_frames": float(self.eager_frames),
+            "graphs": float(self.graphs),
+            "dynamo_compile_s": self.compile_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph_breaks": self.graph_breaks,
+            "break_reasons": self.break_reasons,
+            "breaks": [b.to_json() for b in self.breaks],
+            "recompiles": self.recompiles,
+            "recompile_reasons": self.recompile_reasons,
+            "frames": self.frames,
+            "frames_ok": self.frames_ok,
+            "eager_frames": self.eager_frames,
+            "graphs": self.graphs,
+            "dynamo_compile_s": self.compile_s,
+        }
+
+
+def first_line(reason: str) -> str:
+    return next((ln.strip() for ln in reason.splitlines() if ln.strip()), reason.strip())
+
+
+def parse_graph_break(message: str) -> GraphBreak:
+    """One `graph_breaks` log record -> reason, location and the user stack."""
+    where_m = _LOCATION.search(message)
+    where = where_m.group("where") if where_m else "?"
+    lines = message.splitlines()
+    reason = ""
+    if "Graph Break Reason:" in message:
+        after = message.split("Graph Break Reason:", 1)[1].splitlines()
+        # The header ("Encountered graph break when attempting to trace …") then a blank line
+        # then dynamo's specific explanation: the specific one names the cause.
+        body = [ln.strip() for ln in after[1:] if ln.strip()]
+        reason = body[0] if body and not body[0].startswith("User code") else first_line(after[0])
+    stack: list[str] = []
+    if "User code traceback:" in lines:
+        start = lines.index("User code traceback:") + 1
+        frames: list[list[str]] = []
+        for ln in lines[start:]:
+            if not ln.strip():
+                break
+            text = ln.strip()
+            if text.startswith("File "):
+                frames.append([text])
+            elif frames and not set(text) <= {"^", "~", " "}:
+                frames[-1].append(text)
+        stack = [" | ".join(f) for f in frames if not _internal(f[0])]
+    return GraphBreak(reason or "?", where, stack[-MAX_STACK_LINES:])
+
+
+def _internal(frame: str) -> bool:
+    """A frame of torch itself or of trainready's harness, not of the model."""
+    m = re.match(r'File "(?P<path>[^"]+)"', frame)
+    return bool(m) and m.group("path").startswith(_INTERNAL_DIRS)
+
+
+def parse_recompile(message: str) -> str:
+    """One `recompiles` record -> "fn: first failed guard"."""
+    fn = _FUNCTION.search(message)
+    guards = [
+        ln.strip().lstrip("- ").strip() for ln in message.splitlines() if ln.strip().startswith("-")
+    ]
+    head = fn.group("fn") if fn else "?"
+    return f"{head}: {guards[0]}" if guards else head
+
+
+def _counters() -> dict[str, Counter]:
+    from torch._dynamo.utils import counters
+
+    return {k: Counter(v) for k, v in copy.deepcopy(dict(counters)).items()}
+
+
+def _compile_seconds() -> list[float]:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return list(compilation_time_metrics.get(COMPILE_METRIC, []))
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.name, record.getMessage()))
+
+
+class CompileProbe:
+    """`with CompileProbe() as probe: ...` then `probe.report` (a CompileReport)."""
+
+    def __init__(self) -> None:
+        self.report = CompileReport()
+        self._capture = _Capture()
+
+    def __enter__(self) -> CompileProbe:
+        import torch
+
+        self._before = _counters()
+        self._times_before = len(_compile_seconds())
+        torch._logging.set_logs(graph_breaks=True, recompiles=True)
+        self._loggers = [logging.getLogger(GRAPH_BREAK_LOGGER), logging.getLogger(RECOMPILE_LOGGER)]
+        for lg in self._loggers:
+            lg.addHandler(self._capture)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        for lg in self._loggers:
+            lg.removeHandler(self._capture)
+        torch._logging.set_logs()
+        after = _counters()
+
+        def delta(group: str) -> Counter:
+            return after.get(group, Counter()) - self._before.get(group, Counter())
+
+        r = self.report
+        breaks = delta("graph_break")
+        r.graph_breaks = sum(breaks.values())
+        reasons: Counter = Counter()
+        for reason, n in breaks.items():
+            reasons[first_line(reason)] += n
+        r.break_reasons = dict(reasons.most_common())
+        frames = delta("frames")
+        r.frames, r.frames_ok = frames.get("total", 0), frames.get("ok", 0)
+        r.graphs = delta("stats").get("unique_graphs", 0)
+        r.compile_s = sum(_compile_seconds()[self._times_before :])
+        seen: set[tuple[str, str]] = set()
+        for name, message in self._capture.records:
+            if name == GRAPH_BREAK_LOGGER:
+                gb = parse_graph_break(message)
+                if (gb.reason, gb.where) not in seen:
+                    seen.add((gb.reason, gb.where))
+                    r.breaks.append(gb)
+                elif gb.user_stack:  # dynamo prints the stack once; keep it where it appears
+                    for known in r.breaks:
+                        if (known.reason, known.where) == (
+                            gb.reason,
+                            gb.where,
+                        ) and not known.user_stack:
+                            known.user_stack = gb.user_stack
+            elif name == RECOMPILE_LOGGER:
+                r.recompile_reasons.append(parse_recompile(message))
+        r.recompiles = len(r.recompile_reasons)

@@ -1,0 +1,270 @@
+"""The train suite as a researcher reads it: both clocks of every mode and scenario, and the ledger.
+
+Per case: a table of the first step (with its parts) and the steady speed of eager and compiled in
+each scenario (cold, warm, arch_change, shape_change); the break-even step of compiled against
+eager per scenario; and a chart of total time against the number of steps, where the lines cross
+at the break-even step. Everything is read from the case's diagnostics as the suite stored them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainready.core.case import Result
+from trainready.ledger import Mode
+from trainready.report import fmt
+from trainready.report.blocks import Block, Chart, Column, Stat, Table, num
+from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
+from trainready.report.model import Report, RunView, finite
+
+SUITE = "train"
+# Shown in the drill-down and compared across runs: the steady speedup, both first-step clocks of
+# compiled mode, the cold break-even step, and compiled throughput and MFU.
+KEY_METRICS = (
+    "compiled_speedup",
+    "compiled_cold_first_step_s",
+    "compiled_warm_first_step_s",
+    "break_even_step_cold",
+    "compiled_warm_tokens_per_s",
+    "compiled_warm_mfu",
+)
+METRIC_GOALS = {
+    "compiled_speedup": "higher",
+    "compiled_cold_first_step_s": "lower",
+    "compiled_warm_first_step_s": "lower",
+    "compiled_arch_change_first_step_s": "lower",
+    "compiled_shape_change_first_step_s": "lower",
+    "break_even_step_cold": "lower",
+    "compiled_warm_tokens_per_s": "higher",
+    "eager_warm_tokens_per_s": "higher",
+    "compiled_warm_mfu": "higher",
+}
+SCENARIO_ORDER = ("cold", "warm", "arch_change", "shape_change")
+MODE_MARKERS = {"eager": MARKERS[0], "compiled": MARKERS[1]}
+LEDGER_STEPS = (1, 10, 100, 1_000, 10_000)
+CHART_DECADES = 5  # the chart spans N = 1 .. 10^5, or past the break-even step
+
+
+def _scenarios(r: Result) -> dict[str, dict[str, dict]]:
+    scenarios = r.diagnostics.get("scenarios")
+    return scenarios if isinstance(scenarios, dict) else {}
+
+
+def _ordered(by_scenario: dict[str, dict]) -> list[str]:
+    known = [s for s in SCENARIO_ORDER if s in by_scenario]
+    return known + sorted(s for s in by_scenario if s not in SCENARIO_ORDER)
+
+
+def _with_data(run: RunView) -> list[Result]:
+    return [r for r in run.in_suite(SUITE) if _scenarios(r)]
+
+
+def _label(run: RunView, r: Result, multi: bool) -> str:
+    return f"{run.label}: {r.case.name}" if multi else r.case.name
+
+
+def headlines(run: RunView) -> list[Stat]:
+    stats = []
+    for r in _with_data(run):
+        m = r.metrics
+        if finite(m.get("compiled_speedup")):
+            stats.append(
+                Stat(
+                    "compiled steady speedup",
+                    m["compiled_speedup"],
+                    fmt.ratio,
+                    f"{r.case.name}, tokens/s compiled / eager",
+                )
+            )
+        if finite(m.get("compiled_cold_first_step_x")):
+            stats.append(
+                Stat(
+                    "cold compiled first step",
+                    m["compiled_cold_first_step_x"],
+                    fmt.ratio,
+                    "in steady compiled steps",
+                )
+            )
+        be = r.diagnostics.get("ledger", {}).get("cold", {})
+        if "break_even_step" in be:
+            n = be["break_even_step"]
+            stats.append(
+                Stat(
+                    "break-even step (cold)",
+                    n,
+                    lambda v: "never" if v is None else f"{v:,}",
+                    "compiled catches up with eager",
+                )
+            )
+    return stats
+
+
+def section(report: Report, suite: str) -> list[Block]:
+    blocks: list[Block] = []
+    for run in report.runs:
+        for r in _with_data(run):
+            label = _label(run, r, report.multi)
+            blocks.append(clocks_table(r, label))
+            blocks.append(ledger_table(r, label))
+            blocks.append(ledger_chart(r, label))
+    return blocks
+
+
+def _gib(value: float | None) -> float | None:
+    return value / 2**30 if value is not None else None
+
+
+def clocks_table(r: Result, label: str) -> Table:
+    scenarios = _scenarios(r)
+    parity = r.diagnostics.get("parity", {})
+    problems = r.diagnostics.get("problems", {})
+    columns = [
+        Column("scenario"),
+        Column("mode"),
+        num("first step s"),
+        num("setup s"),
+        num("forward s"),
+        num("backward s"),
+        num("optimizer s"),
+        num("compile s"),
+        num("graph breaks"),
+        num("recompiles"),
+        num("× steady step", fmt.ratio),
+        num("steady step ms"),
+        num("spread", fmt.percent),
+        num("tokens/s"),
+        num("MFU", fmt.percent),
+        num("peak mem GiB"),
+        num("loss vs eager (max rel dev)"),
+        Column("note"),
+    ]
+    rows = []
+    names = _ordered({n: None for by in scenarios.values() for n in by})
+    for name in names:
+        for mode in ("eager", "compiled"):
+            s = scenarios.get(mode, {}).get(name)
+            note = problems.get(f"{mode}/{name}", {})
+            if s is None:
+                rows.append([name, mode, *([None] * 15), note.get("error") or "no result"])
+                continue
+            phases = s.get("first_step_phases", {})
+            comp = s.get("compile", {}) if mode == "compiled" else {}
+            dev = parity.get(name, {}).get("max_rel_dev") if mode == "compiled" else None
+            rows.append(
+                [
+                    name,
+                    mode,
+                    s["first_step_s"],
+                    phases.get("setup_s"),
+                    phases.get("forward_s"),
+                    phases.get("backward_s"),
+                    phases.get("optimizer_s"),
+                    comp.get("compile_s"),
+                    comp.get("graph_breaks"),
+                    comp.get("recompiles"),
+                    s.get("first_step_x"),
+                    s["step_s"] * 1e3,
+                    s.get("spread"),
+                    s["tokens_per_s"],
+                    s.get("mfu"),
+                    _gib(s.get("peak_memory_bytes")),
+                    dev,
+                    note.get("error") or "",
+                ]
+            )
+    peak = r.diagnostics.get("peak_label", "")
+    sources = {
+        s["memory_source"]
+        for by in scenarios.values()
+        for s in by.values()
+        if s and s.get("memory_source")
+    }
+    memory = f"peak mem: {', '.join(sorted(sources))}; " if sources else ""
+    caption = (
+        f"{label} — first step (model on device to the first step's loss after its update) and "
+        f"steady speed (median after warm-up); compile s: Dynamo and backend, forward and "
+        f"backward graphs; {memory}MFU {peak}; status {r.status}"
+    )
+    return Table(columns, rows, caption)
+
+
+def _modes(r: Result, name: str) -> tuple[Mode, Mode, int] | None:
+    scenarios = _scenarios(r)
+    e, c = scenarios.get("eager", {}).get(name), scenarios.get("compiled", {}).get(name)
+    if not (e and c):
+        return None
+    return (
+        Mode("eager", e["first_step_s"], e["tokens_per_s"]),
+        Mode("compiled", c["first_step_s"], c["tokens_per_s"]),
+        int(e["tokens_per_step"]),
+    )
+
+
+def ledger_table(r: Result, label: str) -> Table:
+    ledgers = r.diagnostics.get("ledger", {})
+    columns = [Column("scenario"), Column("break-even step")]
+    columns += [num(f"N={n:,} eager s") for n in LEDGER_STEPS[1:]]
+    columns += [num(f"N={n:,} compiled s") for n in LEDGER_STEPS[1:]]
+    rows = []
+    for name in _ordered(ledgers):
+        modes = _modes(r, name)
+        if modes is None:
+            continue
+        e, c, k = modes
+        n = ledgers[name].get("break_even_step")
+        rows.append(
+            [
+                name,
+                "never" if n is None else f"{n:,}",
+                *(e.total_s(k, x) for x in LEDGER_STEPS[1:]),
+                *(c.total_s(k, x) for x in LEDGER_STEPS[1:]),
+            ]
+        )
+    caption = (
+        f"{label} — time to N steps: first step + (N − 1) × tokens per step / steady tokens/s; "
+        "break-even: the first N where compiled is no slower in total"
+    )
+    return Table(columns, rows, caption)
+
+
+def _chart_steps(last: int) -> list[int]:
+    decades = max(CHART_DECADES, math.ceil(math.log10(max(last, 1))) + 1)
+    return sorted({round(10 ** (i / 4)) for i in range(4 * decades + 1)})
+
+
+def ledger_chart(r: Result, label: str) -> Chart:
+    ledgers = r.diagnostics.get("ledger", {})
+    crossings = [v["break_even_step"] for v in ledgers.values() if v.get("break_even_step")]
+    steps = _chart_steps(max(crossings, default=1))
+    series = []
+    for i, name in enumerate(_ordered(ledgers)):
+        modes = _modes(r, name)
+        if modes is None:
+            continue
+        *pair, k = modes
+        for mode in pair:
+            points = [
+                Point(n, mode.total_s(k, n), f"{name} {mode.name}: {n:,} steps in "
+                      f"{fmt.number(mode.total_s(k, n))} s")
+                for n in steps
+            ]  # fmt: skip
+            series.append(
+                Series(
+                    f"{name} {mode.name}",
+                    points,
+                    PALETTE[i % len(PALETTE)],
+                    MODE_MARKERS[mode.name],
+                    line=True,
+                )
+            )
+    svg = xy_chart(
+        series,
+        Axis("steps N", log=True),
+        Axis("total time s", log=True),
+        title="Time to N training steps",
+    )
+    found = ", ".join(
+        f"{name}: {'never' if v.get('break_even_step') is None else v['break_even_step']}"
+        for name, v in ((n, ledgers[n]) for n in _ordered(ledgers))
+    )
+    return Chart(svg, f"{label} — total time against steps, per scenario; break-even {found}")

@@ -1,0 +1,207 @@
+"""One parity run of a model: a training step with everything recorded, then a short training run.
+
+`train(model, data, spec)` copies the model onto a device in a dtype, optionally compiles it,
+and runs `spec.steps` AdamW steps on one fixed batch. From the first step it keeps the loss, the
+logits, every gradient and every parameter after the optimizer step; from every step the loss
+(the loss curve). The same function makes the float64 CPU reference, the device run and the
+CPU run at the case dtype, so the three differ only in where and how they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainready.device import synchronize, torch_dtype
+from trainready.suites.parity_models import after_step, aux_loss
+
+LR = 1e-3
+BATCH = 2
+
+
+@dataclass(frozen=True)
+class Spec:
+    device: str
+    dtype: str  # "fp64" for the reference; "fp32"; "bf16"/"fp16" run under autocast on fp32
+    steps: int
+    compile_backend: str | None = None  # None: eager
+
+
+@dataclass
+class Trace:
+    """What a run produced, every tensor on the CPU."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    params: dict[str, torch.Tensor]  # after the first optimizer step
+    curve: list[float]
+    first_step_s: float = 0.0
+    step_s: float = 0.0  # median of the later steps
+
+    def named(self, after_step: bool = True) -> dict[str, torch.Tensor]:
+        """Every compared tensor under the name a report shows."""
+        out = {"loss": self.loss, "logits": self.logits}
+        out |= {f"{n}.grad": g for n, g in self.grads.items()}
+        if after_step:
+            out |= {f"{n}.after_step": p for n, p in self.params.items()}
+        return out
+
+
+@dataclass
+class Data:
+    ids: torch.Tensor  # [B, T] on the CPU
+    targets: torch.Tensor  # [B, T]: the next token
+
+    @classmethod
+    def fixed(cls, vocab: int, seq_len: int, seed: int = 0) -> Data:
+        gen = torch.Generator().manual_seed(seed)
+        seq = torch.randint(0, vocab, (BATCH, seq_len + 1), generator=gen)
+        return cls(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
+
+
+def _autocast(spec: Spec) -> contextlib.AbstractContextManager:
+    if spec.dtype in ("bf16", "fp16"):
+        dev_type = torch.device(spec.device).type
+        return torch.autocast(dev_type, dtype=torch_dtype(spec.dtype))
+    return contextlib.nullcontext()
+
+
+def forward_loss(fn: Callable, model: nn.Module, data: Data, spec: Spec):
+    """(loss, logits): cross-entropy over the vocabulary plus the model's auxiliary loss."""
+    with _autocast(spec):
+        logits = fn(data.ids)
+        vocab = logits.shape[-1]
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), data.targets.reshape(-1))
+        loss = loss + aux_loss(model)
+    return loss, logits
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", copy=True)
+
+
+def place(model: nn.Module, spec: Spec) -> nn.Module:
+    """A copy of `model` on the spec's device; fp64 parameters for the reference, else fp32."""
+    param_dtype = torch.float64 if spec.dtype == "fp64" else torch.float32
+    return copy.deepcopy(model).to(device=spec.device, dtype=param_dtype)
+
+
+def on_device(data: Data, device: str) -> Data:
+    return Data(data.ids.to(device), data.targets.to(device))
+
+
+def compiled(model: nn.Module, backend: str) -> Callable:
+    return torch.compile(model, backend=backend)
+
+
+def train(
+    model: nn.Module,
+    data: Data,
+    spec: Spec,
+    on_first_step: Callable[[], None] | None = None,
+) -> Trace:
+    """Run `spec.steps` steps; `on_first_step` is called once the first step is done (phases)."""
+    m = place(model, spec)
+    fn = compiled(m, spec.compile_backend) if spec.compile_backend else m
+    d = on_device(data, spec.device)
+    opt = torch.optim.AdamW(m.parameters(), lr=LR)
+    curve: list[float] = []
+    times: list[float] = []
+    first: dict = {}
+    for step in range(spec.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss, logits = forward_loss(fn, m, d, spec)
+        loss.backward()
+        if step == 0:
+            first["loss"], first["logits"] = _cpu(loss), _cpu(logits)
+            first["grads"] = {
+                n: _cpu(p.grad) for n, p in m.named_parameters() if p.grad is not None
+            }
+        opt.step()
+        after_step(m)
+        synchronize(spec.device)
+        times.append(time.perf_counter() - t0)
+        curve.append(float(loss.detach().double().cpu()))
+        if step == 0:
+            first["params"] = {n: _cpu(p) for n, p in m.named_parameters()}
+            if on_first_step:
+                on_first_step()
+    return Trace(
+        loss=first["loss"],
+        logits=first["logits"],
+        grads=first["grads"],
+        params=first["params"],
+        curve=curve,
+        first_step_s=times[0],
+        step_s=statistics.median(times[1:]) if len(times) > 1 else times[0],
+    )
+
+
+def optimizer_step_reference(
+    model: nn.Module, grads: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The first AdamW step in float64 on the CPU, from the model's initial weights, applied to
+    the given gradients (a device's own): what that device's step should have produced.
+
+    The step is judged on its own, given the device's gradients, because Adam divides each
+    gradient by its own magnitude: the float32 rounding noise of a gradient that is zero in exact
+    arithmetic becomes a step of about `lr`, the same on any correct device. The gradients
+    themselves are judged against the float64 reference separately.
+    """
+    params = {n: p.detach().to("cpu", torch.float64).clone() for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW(list(params.values()), lr=LR)
+    for n, p in params.items():
+        g = grads.get(n)
+        p.grad = None if g is None else g.to(torch.float64)
+    opt.step()
+    return {f"{n}.after_step": p for n, p in params.items()}
+
+
+def first_step(
+    model: nn.Module,
+    data: Data,
+    spec: Spec,
+    around: contextlib.AbstractContextManager | None = None,
+) -> Trace:
+    """Forward and backward of the first step only (no optimizer step): loss, logits, grads.
+    `around` wraps exactly the forward and backward (a probe), not the copies around them."""
+    m = place(model, spec)
+    d = on_device(data, spec.device)
+    with around or contextlib.nullcontext():
+        loss, logits = forward_loss(m, m, d, spec)
+        loss.backward()
+        synchronize(spec.device)
+    grads = {n: _cpu(p.grad) for n, p in m.named_parameters() if p.grad is not None}
+    return Trace(_cpu(loss), _cpu(logits), grads, {}, [float(loss.detach().double().cpu())])
+
+
+@dataclass
+class Determinism:
+    """Two eager first steps on the device, bit for bit."""
+
+    identical: bool
+    max_abs_diff: float
+    differing: list[str] = field(default_factory=list)
+
+
+def determinism(a: Trace, b: Trace) -> Determinism:
+    ta, tb = a.named(), b.named()
+    differing, worst = [], 0.0
+    for name, x in ta.items():
+        y = tb.get(name)
+        if y is None or x.shape != y.shape or not torch.equal(x, y):
+            differing.append(name)
+            if y is not None and x.shape == y.shape:
+                diff = (x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max().item()
+                worst = max(worst, diff)
+    return Determinism(not differing, worst, differing[:10])

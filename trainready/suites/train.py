@@ -1,0 +1,544 @@
+"""Train suite: tokens/s, MFU and the time-to-first-step ledger of eager against compiled training.
+
+One case is one training configuration (a Qwen3 size, sequence length, batch, dtype...). It trains
+the model in both modes -- eager, and compiled (each block, or the whole model) -- under four
+scenarios, each in a fresh process (`python -m trainready.training`, or fresh ranks under torchrun
+with `--nproc N`, FSDP2 over them):
+
+- cold: empty compile caches (a new TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and the vendor's
+  cache dirs: `trainready.device.compile_cache_env`);
+- warm: the same run again, with the caches cold left;
+- arch_change: warm caches, one small edit to the model (the MLP activation swapped, or a norm
+  added after each sublayer): what a researcher's ablation costs;
+- shape_change: warm caches, another sequence length (half, by default).
+
+Each mode has its own cache directory, made fresh for the case and shared by its scenarios in
+that order; it is deleted when the case ends.
+
+Why one case for all of it: warm needs the cache that cold of the same mode left, and the ledger
+and the parity check need both modes. As separate cases they would depend on their order and on
+running on the same machine, which --jobs, --shard and --resume do not promise; as one case each
+run is self-contained, and --resume redoes an unfinished case whole. (Two cases running at once
+on one device, with --jobs > 1, disturb each other's timing, as in every timing suite.)
+
+Measured per mode and scenario: the first step (model on the device to the first step's loss,
+with setup, forward, backward and optimizer apart), steady step time and tokens/s (median of the
+steps after `warmup`, with the interquartile spread), MFU (TorchTitan's 6N + 12LHQT FLOPs per token
+against the run's peak for the dtype), peak memory, and the loss of every step. Then:
+
+- parity: the compiled loss curve against the eager one, scenario by scenario, step by step
+  (`probes.numerics.loss_curve_compare`); a fast wrong run is `fail_numerics`;
+- the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, and the
+  break-even step of compiled against eager per scenario (`trainready.ledger`).
+
+Options (`--set KEY=VALUE`; defaults for the cpu / for accelerators): model (debug / 1.7B),
+seq_len (64 / 4096), batch_size (4 / 2, global), steps (8 / 30), warmup (2 / 5), compile
+(blocks | model), precision (autocast | bf16_params), ac (activation checkpointing, false),
+arch_change (activation | norm), shape_seq_len (seq_len // 2), lr, scenarios (a subset in the
+order above, cold included when any other is). `--compile-backend`, `--nproc` and `--pg-backend`
+apply too. Presets: quick runs the configuration; standard adds the same with activation
+checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainready import ledger
+from trainready.config import ConfigError, RunConfig
+from trainready.core.case import FAILING, STATUSES, Case, Outcome
+from trainready.core.context import CaseContext
+from trainready.device import compile_cache_env, device_type
+from trainready.probes.numerics import loss_curve_compare
+from trainready.probes.timing import TimingStats
+from trainready.training import TrainSpec
+
+NAME = "train"
+DEFAULT_DTYPE = "bf16"
+DEFAULT_BUDGET_S = 3600.0
+
+MODES = ("eager", "compiled")
+SCENARIOS = ("cold", "warm", "arch_change", "shape_change")
+ARCH_CHANGES: dict[str, tuple[str, Any, Any]] = {
+    # name: (Qwen3Config field, the edit, the edit when the model already has it)
+    "activation": ("mlp_activation", "gelu", "silu"),
+    "norm": ("extra_norm", True, False),
+}
+# Relative per-step deviation allowed between the eager and the compiled loss curve. Kernels
+# fuse and reorder reductions, so curves agree to rounding, which bf16 makes coarse.
+PARITY_REL_TOL = {"fp32": 1e-3, "bf16": 2e-2}
+LOG_TAIL_CHARS = 3000
+
+_CPU_DEFAULTS = {"model": "debug", "seq_len": 64, "batch_size": 4, "steps": 8, "warmup": 2}
+_ACCEL_DEFAULTS = {"model": "1.7B", "seq_len": 4096, "batch_size": 2, "steps": 30, "warmup": 5}
+
+
+# --- cases ----------------------------------------------------------------------------------------
+
+
+def _defaults(device: str) -> dict[str, Any]:
+    return dict(_CPU_DEFAULTS if device_type(device) == "cpu" else _ACCEL_DEFAULTS)
+
+
+def _scenarios(value: Any) -> list[str]:
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(n).strip() for n in names if str(n).strip()]
+    for n in names:
+        if n not in SCENARIOS:
+            raise ConfigError(f"unknown scenario {n!r}; valid: {', '.join(SCENARIOS)}")
+    if names and "cold" not in names:
+        raise ConfigError("scenarios other than cold need cold first: it fills the caches")
+    return [s for s in SCENARIOS if s in names]
+
+
+def _number(opts: dict[str, Any], key: str, kind: type) -> Any:
+    value = opts[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"option {key} must be a number, got {value!r}")
+    if kind is int and value != int(value):
+        raise ConfigError(f"option {key} must be an integer, got {value!r}")
+    return kind(value)
+
+
+def _flag(opts: dict[str, Any], key: str) -> bool:
+    value = opts.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"option {key} must be true or false, got {value!r}")
+    return value
+
+
+def _base_params(cfg: RunConfig) -> dict[str, Any]:
+    opts = {
+        **_defaults(cfg.device),
+        "lr": TrainSpec.lr,
+        "nproc": 1,
+        **cfg.options,
+    }
+    seq_len = _number(opts, "seq_len", int)
+    opts.setdefault("shape_seq_len", max(1, seq_len // 2))
+    params = {
+        "model": str(opts["model"]),
+        "seq_len": seq_len,
+        "batch_size": _number(opts, "batch_size", int),
+        "steps": _number(opts, "steps", int),
+        "warmup": _number(opts, "warmup", int),
+        "dtype": cfg.dtype or DEFAULT_DTYPE,
+        "precision": str(opts.get("precision", "autocast")),
+        "compile": str(opts.get("compile", "blocks")),
+        "compile_backend": str(opts.get("compile_backend", "inductor")),
+        "ac": _flag(opts, "ac"),
+        "lr": _number(opts, "lr", float),
+        "arch_change": str(opts.get("arch_change", "activation")),
+        "shape_seq_len": _number(opts, "shape_seq_len", int),
+        "scenarios": _scenarios(opts.get("scenarios", SCENARIOS)),
+        "nproc": _number(opts, "nproc", int),
+        "pg_backend": opts.get("pg_backend"),
+    }
+    _check(params, cfg.device)
+    return params
+
+
+def _check(p: dict[str, Any], device: str) -> None:
+    if p["compile"] == "none":
+        raise ConfigError("compile must be blocks or model: eager runs alongside it anyway")
+    if p["arch_change"] not in ARCH_CHANGES:
+        raise ConfigError(
+            f"unknown arch_change {p['arch_change']!r}; valid: {', '.join(ARCH_CHANGES)}"
+        )
+    if p["warmup"] < 0 or p["steps"] < p["warmup"] + 2:
+        raise ConfigError(
+            f"steps ({p['steps']}) must exceed warmup ({p['warmup']}) + 1: "
+            "at least one steady step is timed"
+        )
+    if p["nproc"] < 1:
+        raise ConfigError(f"nproc must be >= 1, got {p['nproc']}")
+    if p["batch_size"] % p["nproc"]:
+        raise ConfigError(f"batch_size {p['batch_size']} does not split over {p['nproc']} ranks")
+    if p["shape_seq_len"] == p["seq_len"]:
+        raise ConfigError("shape_seq_len must differ from seq_len")
+    for mode in MODES:  # every spec a case will run must be valid now, not halfway through it
+        for scenario in p["scenarios"]:
+            scenario_spec(p, device, mode, scenario)
+
+
+def _name(p: dict[str, Any]) -> str:
+    tags = [f"qwen3-{p['model']}", f"T{p['seq_len']}", f"B{p['batch_size']}", p["dtype"]]
+    if p["compile"] == "model":
+        tags.append("whole-model")
+    if p["precision"] == "bf16_params":
+        tags.append("bf16-params")
+    if p["ac"]:
+        tags.append("ac")
+    if p["nproc"] > 1:
+        tags.append(f"fsdp{p['nproc']}")
+    return "/".join(tags)
+
+
+def cases(cfg: RunConfig) -> list[Case]:
+    base = _base_params(cfg)
+    variants = [base]
+    if cfg.preset in ("standard", "full"):
+        variants.append({**base, "ac": True})
+    if cfg.preset == "full":
+        variants.append({**base, "compile": "model"})
+        if base["dtype"] == "bf16":
+            variants.append({**base, "precision": "bf16_params"})
+    unique = {_name(p): p for p in variants}
+    return [Case(NAME, name, p) for name, p in unique.items()]
+
+
+# --- one scenario in a fresh process -------------------------------------------------------------
+
+
+def scenario_spec(p: dict[str, Any], device: str, mode: str, scenario: str) -> TrainSpec:
+    overrides: dict[str, Any] = {}
+    seq_len = p["seq_len"]
+    if scenario == "arch_change":
+        from trainready.models.qwen3 import qwen3_config
+
+        field_name, edit, undo = ARCH_CHANGES[p["arch_change"]]
+        current = getattr(qwen3_config(p["model"]), field_name)
+        overrides[field_name] = undo if current == edit else edit
+    elif scenario == "shape_change":
+        seq_len = p["shape_seq_len"]
+    return TrainSpec(
+        device=device,
+        model=p["model"],
+        model_overrides=overrides,
+        seq_len=seq_len,
+        batch_size=p["batch_size"],
+        steps=p["steps"],
+        dtype=p["dtype"],
+        precision=p["precision"],
+        compile="none" if mode == "eager" else p["compile"],
+        compile_backend=p["compile_backend"],
+        activation_checkpointing=p["ac"],
+        lr=p["lr"],
+    )
+
+
+@dataclass
+class Scenario:
+    """What one scenario's process(es) gave back: a record, or why there is none."""
+
+    mode: str
+    name: str
+    record: dict[str, Any] | None = None
+    status: str = "pass"  # pass, or the failing status the scenario alone earned
+    error: str | None = None
+    detail: str = ""  # traceback or output tail
+    process_s: float = 0.0  # the whole process(es), start-up and import included
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+_KIND_STATUS = {"compile": "fail_compile", "oom": "oom", "run": "fail_run", "error": "fail_run"}
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def run_single(spec: TrainSpec, env: dict[str, str], work: Path, timeout_s: float) -> Scenario:
+    """`python -m trainready.training` in a fresh interpreter with `env` added."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec_path, out_path, log_path = work / "spec.json", work / "result.json", work / "output.log"
+    spec_path.write_text(json.dumps(spec.to_json()))
+    cmd = [sys.executable, "-m", "trainready.training", str(spec_path), str(out_path)]
+    s = Scenario("", "")
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run(
+                cmd,
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            s.status, s.error = "timeout", f"exceeded the case budget ({timeout_s:.0f} s left)"
+            s.detail = _tail(log_path)
+            return s
+    s.process_s = time.perf_counter() - t0
+    result = json.loads(out_path.read_text()) if out_path.exists() else None
+    if proc.returncode == 0 and result is not None:
+        s.record = result
+    elif result is not None and "error" in result:
+        s.status, s.error = _KIND_STATUS[result["kind"]], result["error"]
+        s.detail = result.get("traceback", "")
+    else:
+        from trainready.core.runner import signal_name
+
+        s.status, s.error = "crash", f"training process died: {signal_name(proc.returncode)}"
+        s.detail = _tail(log_path)
+    return s
+
+
+def combine_ranks(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record for a data-parallel step: the slowest rank's times (a step ends when every rank
+    has finished it), the mean of the ranks' losses (each rank's loss is the mean over an equal
+    share of the global batch, so their mean is the global loss), the largest peak memory."""
+    head = dict(records[0])
+    head["first_step_s"] = max(r["first_step_s"] for r in records)
+    head["first_step_phases"] = {
+        k: max(r["first_step_phases"][k] for r in records) for k in head["first_step_phases"]
+    }
+    head["step_times_s"] = [
+        max(ts) for ts in zip(*(r["step_times_s"] for r in records), strict=True)
+    ]
+    head["losses"] = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in records), strict=True)]
+    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes") is not None]
+    head["peak_memory_bytes"] = max(peaks) if peaks else None
+    head["finite"] = all(r["finite"] for r in records)
+    head["per_rank_first_step_s"] = [r["first_step_s"] for r in records]
+    head.pop("rank", None)
+    return head
+
+
+def run_ranks(
+    spec: TrainSpec, nproc: int, backend: str | None, env: dict[str, str], timeout_s: float
+) -> Scenario:
+    """`rank_train` on `nproc` fresh ranks (torchrun), FSDP2 over them."""
+    from trainready.launch import LaunchError, launch
+
+    s = Scenario("", "")
+    t0 = time.perf_counter()
+    try:
+        res = launch(
+            "trainready.training:rank_train",
+            nproc,
+            device=spec.device,
+            backend=backend,
+            args={"spec": spec.to_json()},
+            timeout_s=timeout_s,
+            env=env,
+        )
+    except LaunchError as e:
+        s.status, s.error = "crash", "ranks did not start"
+        s.detail = str(e)[-LOG_TAIL_CHARS:]
+        return s
+    s.process_s = time.perf_counter() - t0
+    if res.ok:
+        s.record = combine_ranks([r for r in res.per_rank if r is not None])
+        return s
+    if res.timed_out:
+        s.status, s.error = "timeout", f"exceeded the case budget ({timeout_s:.0f} s left)"
+    elif res.first_error is not None:
+        rank, error = res.first_error
+        kind = "compile" if error.startswith("CompileFailure") else res.kinds[rank]
+        s.status = _KIND_STATUS.get(kind or "error", "unsupported")
+        s.status = "unsupported" if kind == "unsupported" else s.status
+        s.error = f"rank {rank}: {error}"
+    else:
+        s.status, s.error = "crash", f"ranks lost: {', '.join(res.status)}"
+    s.detail = "\n".join(t for t in res.stderr_tails if t)[-LOG_TAIL_CHARS:]
+    return s
+
+
+def run_mode(p: dict[str, Any], ctx: CaseContext, mode: str, root: Path, deadline: float):
+    """The scenarios of one mode in order, sharing one compile cache that starts empty."""
+    cache = root / mode / "cache"
+    env = compile_cache_env(ctx.device, cache)
+    out: list[Scenario] = []
+    for name in p["scenarios"]:
+        spec = scenario_spec(p, ctx.device, mode, name)
+        if out and out[0].record is None:
+            out.append(
+                Scenario(mode, name, status="skipped", error="cold failed", spec=spec.to_json())
+            )
+            continue
+        left = max(1.0, deadline - time.monotonic())
+        with ctx.phase(f"{mode}/{name}"):
+            if p["nproc"] > 1:
+                s = run_ranks(spec, p["nproc"], p["pg_backend"], env, left)
+            else:
+                s = run_single(spec, env, root / mode / name, left)
+        s.mode, s.name, s.spec = mode, name, spec.to_json()
+        out.append(s)
+    return out
+
+
+# --- judging and summarising ------------------------------------------------------------------------
+
+
+def steady(record: dict[str, Any], warmup: int) -> TimingStats:
+    """The steps after the first and `warmup` more: the steady state."""
+    return TimingStats.from_samples(record["step_times_s"][warmup:], record["clock"])
+
+
+def scenario_summary(
+    s: Scenario, warmup: int, peak: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    if s.record is None:
+        return None
+    r = s.record
+    stats = steady(r, warmup)
+    tokens_per_s = r["tokens_per_step"] / stats.median_s
+    summary = {
+        "first_step_s": r["first_step_s"],
+        "first_step_phases": r["first_step_phases"],
+        "step_s": stats.median_s,
+        "spread": stats.spread,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_step": r["tokens_per_step"],
+        "first_step_x": r["first_step_s"] / stats.median_s,
+        "steady_steps": stats.repeats,
+        "clock": stats.clock,
+        "losses": r["losses"],
+        "flops_per_token": r["flops_per_token"],
+        "params": r["params"],
+        "world_size": r["world_size"],
+        "peak_memory_bytes": r.get("peak_memory_bytes"),
+        "memory_source": r.get("memory_source"),
+        "process_s": s.process_s,
+        "compile": _compile_summary(r.get("compile") or {}),
+    }
+    if peak and peak.get("flops"):
+        summary["mfu"] = r["flops_per_token"] * tokens_per_s / r["world_size"] / peak["flops"]
+    return summary
+
+
+def _compile_summary(c: dict[str, Any]) -> dict[str, Any]:
+    """What the compile probe saw over the whole run, and the compile seconds by phase."""
+    phases = c.get("phases", {})
+    summary = {k: c[k] for k in ("graph_breaks", "recompiles", "graphs", "break_reasons") if k in c}
+    summary["recompile_reasons"] = c.get("recompile_reasons", [])[:5]
+    summary["phases"] = phases
+    if "dynamo_s" in phases:
+        # Dynamo's frame compiles include the forward backend compile; the backward graph is
+        # compiled at the first backward, outside them.
+        summary["compile_s"] = phases["dynamo_s"] + phases.get("backend_backward_s", 0.0)
+    return summary
+
+
+def _worst(statuses: list[str]) -> str:
+    """The worst failure; else `unsupported` if the backend declined a scenario; else pass."""
+    failing = [s for s in statuses if s in FAILING]
+    if failing:
+        return max(failing, key=STATUSES.index)
+    return "unsupported" if "unsupported" in statuses else "pass"
+
+
+def judge(
+    p: dict[str, Any], runs: dict[str, list[Scenario]], peak: dict[str, Any] | None
+) -> Outcome:
+    warmup, tol = p["warmup"], PARITY_REL_TOL[p["dtype"]]
+    summaries = {
+        mode: {s.name: scenario_summary(s, warmup, peak) for s in scenarios}
+        for mode, scenarios in runs.items()
+    }
+    statuses = [s.status for scenarios in runs.values() for s in scenarios]
+    problems = {
+        f"{s.mode}/{s.name}": {"status": s.status, "error": s.error, "detail": s.detail[-1500:]}
+        for scenarios in runs.values()
+        for s in scenarios
+        if s.status != "pass"
+    }
+    parity: dict[str, Any] = {}
+    ledgers: dict[str, Any] = {}
+    for name in p["scenarios"]:
+        eager, compiled = summaries["eager"].get(name), summaries["compiled"].get(name)
+        for mode, summary in (("eager", eager), ("compiled", compiled)):
+            if summary and not all(math.isfinite(x) for x in summary["losses"]):
+                statuses.append("fail_numerics")
+                problems.setdefault(f"{mode}/{name}", {"error": "non-finite loss"})
+        if eager is None or compiled is None:
+            continue
+        parity[name] = loss_curve_compare(eager["losses"], compiled["losses"], tol)
+        if not parity[name]["ok"]:
+            statuses.append("fail_numerics")
+        e = ledger.Mode("eager", eager["first_step_s"], eager["tokens_per_s"])
+        c = ledger.Mode("compiled", compiled["first_step_s"], compiled["tokens_per_s"])
+        ledgers[name] = {
+            "tokens_per_step": eager["tokens_per_step"],
+            "break_even_step": ledger.break_even_step(e, c, eager["tokens_per_step"]),
+        }
+    metrics = _metrics(summaries, ledgers, parity)
+    diagnostics: dict[str, Any] = {
+        "scenarios": summaries,
+        "ledger": ledgers,
+        "parity": parity,
+        "parity_rel_tol": tol,
+        "specs": {m: {s.name: s.spec for s in scenarios} for m, scenarios in runs.items()},
+        **_peak_diagnostics(peak, p["dtype"]),
+    }
+    if problems:
+        diagnostics["problems"] = problems
+        first = next(iter(problems.items()))
+        diagnostics["error"] = f"{first[0]}: {first[1].get('error')}"
+    elif any(not v["ok"] for v in parity.values()):
+        bad = next(k for k, v in parity.items() if not v["ok"])
+        v = parity[bad]
+        diagnostics["error"] = (
+            f"compiled loss differs from eager in {bad} from step {v['first_diverging_step']} "
+            f"(max rel dev {v['max_rel_dev']:.3g} > {tol:g})"
+        )
+    return Outcome(_worst(statuses), metrics, diagnostics)
+
+
+def _metrics(
+    summaries: dict[str, dict[str, Any]], ledgers: dict[str, Any], parity: dict[str, Any]
+) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    eager, compiled = summaries.get("eager", {}), summaries.get("compiled", {})
+    # Headline first (reports show the first few): steady speedup, the cold first step in
+    # steady compiled steps, and the cold break-even step.
+    ref = "warm" if eager.get("warm") and compiled.get("warm") else "cold"
+    if eager.get(ref) and compiled.get(ref):
+        metrics["compiled_speedup"] = compiled[ref]["tokens_per_s"] / eager[ref]["tokens_per_s"]
+    if compiled.get("cold"):
+        metrics["compiled_cold_first_step_x"] = compiled["cold"]["first_step_x"]
+    for name, entry in ledgers.items():
+        if entry["break_even_step"] is not None:
+            metrics[f"break_even_step_{name}"] = float(entry["break_even_step"])
+    if parity:
+        metrics["parity_max_rel_dev"] = max(v["max_rel_dev"] for v in parity.values())
+    for mode, by_scenario in summaries.items():
+        for name, s in by_scenario.items():
+            if s is None:
+                continue
+            prefix = f"{mode}_{name}_"
+            for key in ("first_step_s", "step_s", "tokens_per_s", "spread", "mfu"):
+                if key in s:
+                    metrics[prefix + key] = float(s[key])
+            if s.get("peak_memory_bytes") is not None:
+                metrics[prefix + "peak_memory_gib"] = s["peak_memory_bytes"] / 2**30
+            if mode == "compiled":
+                for key in ("compile_s", "graph_breaks", "recompiles"):
+                    if key in s["compile"]:
+                        metrics[prefix + key] = float(s["compile"][key])
+    return metrics
+
+
+def _peak_diagnostics(peak: dict[str, Any] | None, dtype: str) -> dict[str, Any]:
+    if not (peak and peak.get("flops")):
+        return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
+    return {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
+
+
+# --- execute --------------------------------------------------------------------------------------
+
+
+def execute(case: Case, ctx: CaseContext) -> Outcome:
+    p = case.params
+    deadline = time.monotonic() + ctx.budget_s
+    root = Path(tempfile.mkdtemp(prefix="trainready-train-"))
+    try:
+        runs = {mode: run_mode(p, ctx, mode, root, deadline) for mode in MODES}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return judge(p, runs, ctx.peak(p["dtype"]))
