@@ -56,6 +56,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from trainready.core.worker import redirect_output
+
 ENV_SPEC = "TRAINREADY_LAUNCH_SPEC"
 POLL_S = 0.005
 ERROR_GRACE_S = 2.0  # after a rank raised, how long the others get to answer before teardown
@@ -470,15 +472,6 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
 def _error_kind(exc: BaseException) -> str:
     from trainready.core.context import Unsupported
     from trainready.device import is_oom
@@ -504,7 +497,7 @@ def _rank_main() -> None:
     spec = json.loads(os.environ[ENV_SPEC])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    _redirect_output(os.path.join(spec["log_dir"], f"rank{rank}.log"))
+    redirect_output(os.path.join(spec["log_dir"], f"rank{rank}.log"))
 
     import torch
     import torch.distributed as dist

@@ -25,7 +25,8 @@ from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 
 
-def _redirect_output(log_path: str) -> None:
+def redirect_output(log_path: str) -> None:
+    """Send this process's stdout and stderr (file descriptors, so C code too) to a log file."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -102,7 +103,7 @@ def worker_main(
     conn: Connection, log_path: str, mem_limit_mb: int | None, preload: list[str] | None = None
 ) -> None:
     os.setsid()
-    _redirect_output(log_path)
+    redirect_output(log_path)
     if mem_limit_mb:
         _limit_memory(mem_limit_mb)
     try:

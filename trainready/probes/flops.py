@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainready.models.specs import ModelSpec
@@ -139,3 +139,11 @@ def mfu(flops_per_token: float, tokens_per_s_per_device: float, peak_flops: floa
     if not (math.isfinite(peak_flops) and peak_flops > 0):
         raise ValueError(f"peak_flops must be a positive number, got {peak_flops}")
     return flops_per_token * tokens_per_s_per_device / peak_flops
+
+
+def peak_diagnostics(peak: dict[str, Any] | None, dtype: str) -> dict[str, Any]:
+    """What a result says about the peak its MFU is against (or that there is none), so a
+    measured-peak MFU is never read as a datasheet one."""
+    if not (peak and peak.get("flops")):
+        return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
+    return {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}

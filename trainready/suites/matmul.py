@@ -53,7 +53,12 @@ from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.data import model_entries
 from trainready.device import torch_dtype
-from trainready.probes.flops import linear_flops, linear_grad_input_flops, linear_grad_weight_flops
+from trainready.probes.flops import (
+    linear_flops,
+    linear_grad_input_flops,
+    linear_grad_weight_flops,
+    peak_diagnostics,
+)
 from trainready.probes.numerics import Verdict, compare
 from trainready.probes.timing import TimingStats, benchmark
 
@@ -261,12 +266,6 @@ def _metrics(flop: float, stats: TimingStats, peak: dict[str, Any] | None) -> di
     return metrics
 
 
-def _peak_diagnostics(peak: dict[str, Any] | None, dtype: str) -> dict[str, Any]:
-    if not (peak and peak.get("flops")):
-        return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
-    return {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
-
-
 def execute(case: Case, ctx: CaseContext) -> Outcome:
     p = case.params
     pass_, dtype = p["pass"], p["dtype"]
@@ -293,7 +292,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         if key in verdict.errors:
             metrics[name] = verdict.errors[key]
     diagnostics = {
-        **_peak_diagnostics(peak, dtype),
+        **peak_diagnostics(peak, dtype),
         "clock": stats.clock,
         "check": what,
         "numerics": verdict.to_json(),

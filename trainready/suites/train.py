@@ -59,6 +59,7 @@ from trainready.config import ConfigError, RunConfig
 from trainready.core.case import FAILING, STATUSES, Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.device import compile_cache_env, device_type
+from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.timing import TimingStats
 from trainready.training import TrainSpec
@@ -474,7 +475,7 @@ def judge(
         "parity": parity,
         "parity_rel_tol": tol,
         "specs": {m: {s.name: s.spec for s in scenarios} for m, scenarios in runs.items()},
-        **_peak_diagnostics(peak, p["dtype"]),
+        **peak_diagnostics(peak, p["dtype"]),
     }
     if problems:
         diagnostics["problems"] = problems
@@ -522,12 +523,6 @@ def _metrics(
                     if key in s["compile"]:
                         metrics[prefix + key] = float(s["compile"][key])
     return metrics
-
-
-def _peak_diagnostics(peak: dict[str, Any] | None, dtype: str) -> dict[str, Any]:
-    if not (peak and peak.get("flops")):
-        return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
-    return {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
 
 
 # --- execute --------------------------------------------------------------------------------------
