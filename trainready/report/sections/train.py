@@ -73,7 +73,7 @@ def headlines(run: RunView) -> list[Stat]:
                     "compiled steady speedup",
                     m["compiled_speedup"],
                     fmt.ratio,
-                    f"{r.case.name}, tokens/s compiled / eager",
+                    f"{r.case.name}, tokens/s compiled / eager in the warm scenario",
                 )
             )
         if finite(m.get("compiled_cold_first_step_x")):
