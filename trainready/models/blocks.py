@@ -266,7 +266,23 @@ def attend(
     return probs.to(v.dtype) @ v
 
 
-class Attention(nn.Module):
+class _AttentionBase(nn.Module):
+    """What every attention kind shares: how its scores are shaped (sinks, window, soft-cap,
+    ALiBi) and the one `attend` that applies them."""
+
+    def _init_score_options(self, cfg: DecoderConfig, layer_id: int) -> None:
+        self.sinks = nn.Parameter(torch.zeros(cfg.num_heads)) if cfg.attention_sinks else None
+        self.window = cfg.window(layer_id)
+        self.softcap = cfg.attn_softcap
+        self.alibi = cfg.position == "alibi"
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return attend(
+            q, k, v, window=self.window, sinks=self.sinks, softcap=self.softcap, alibi=self.alibi
+        )
+
+
+class Attention(_AttentionBase):
     """Multi-head attention with num_kv_heads key/value heads: MHA, GQA or MQA."""
 
     def __init__(self, cfg: DecoderConfig, layer_id: int):
@@ -281,10 +297,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(q_width, cfg.dim, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
-        self.sinks = nn.Parameter(torch.zeros(cfg.num_heads)) if cfg.attention_sinks else None
-        self.window = cfg.window(layer_id)
-        self.softcap = cfg.attn_softcap
-        self.alibi = cfg.position == "alibi"
+        self._init_score_options(cfg, layer_id)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
         bsz, seq_len, _ = x.shape
@@ -299,13 +312,11 @@ class Attention(nn.Module):
         # GQA/MQA: each key/value head serves num_heads / num_kv_heads query heads.
         repeats = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
-        out = attend(
-            q, k, v, window=self.window, sinks=self.sinks, softcap=self.softcap, alibi=self.alibi
-        )
+        out = self._attend(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(bsz, seq_len, -1))
 
 
-class MLAttention(nn.Module):
+class MLAttention(_AttentionBase):
     """DeepSeek-style multi-head latent attention: queries (optionally) and keys/values pass
     through low-rank latents; RoPE acts only on separate "decoupled" dims, whose key part is one
     head shared by all heads."""
@@ -331,10 +342,7 @@ class MLAttention(nn.Module):
             cfg.kv_lora_rank, cfg.num_heads * (self.nope_dim + self.v_dim), bias=False
         )
         self.wo = nn.Linear(cfg.num_heads * self.v_dim, cfg.dim, bias=False)
-        self.sinks = nn.Parameter(torch.zeros(cfg.num_heads)) if cfg.attention_sinks else None
-        self.window = cfg.window(layer_id)
-        self.softcap = cfg.attn_softcap
-        self.alibi = cfg.position == "alibi"
+        self._init_score_options(cfg, layer_id)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
         bsz, seq_len, _ = x.shape
@@ -349,9 +357,7 @@ class MLAttention(nn.Module):
             q_rope, k_rope = apply_rope(q_rope, rope), apply_rope(k_rope, rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope.expand(-1, self.num_heads, -1, -1)], dim=-1)
-        out = attend(
-            q, k, v, window=self.window, sinks=self.sinks, softcap=self.softcap, alibi=self.alibi
-        )
+        out = self._attend(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(bsz, seq_len, -1))
 
 
