@@ -86,7 +86,14 @@ def test_markdown_has_every_part_and_every_case():
         assert text in md, text
 
 
-def test_headline_is_the_pass_rate():
+def test_headlines_pass_rates_numerics_breaks_and_fallbacks():
     store, rid = _store()
-    (stat,) = section.headlines(build_report(store, [rid]).primary)
-    assert stat.value == 2 / 5 and stat.note == "2/5 cases"
+    stats = {s.label: s for s in section.headlines(build_report(store, [rid]).primary)}
+    assert (
+        stats["parity pass rate"].value == 2 / 5 and stats["parity pass rate"].note == "2/5 cases"
+    )
+    assert stats["parity eager fp32"].value == "1/3"  # mixtral pass, qwen3_moe wrong, dory gap
+    assert stats["parity compile fp32"].value == "1/2"
+    assert stats["parity numerics failures"].value == 1
+    assert stats["graph breaks"].value == 2
+    assert stats["host-fallback ops"].value == 0

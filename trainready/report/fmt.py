@@ -60,6 +60,10 @@ def percent(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
+def seconds(value: float) -> str:
+    return f"{number(value)} s"
+
+
 def ratio(value: float) -> str:
     return f"{value:.3g}×"
 

@@ -47,7 +47,27 @@ def headlines(run: RunView) -> list[Stat]:
         return []
     summary = run.suites[SUITE]
     note = f"{summary.passed}/{summary.total} cases"
-    return [Stat("parity pass rate", summary.pass_rate or 0.0, fmt.percent, note)]
+    stats = [Stat("parity pass rate", summary.pass_rate or 0.0, fmt.percent, note)]
+    by_combo: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        by_combo[_combo(r)].append(r)
+    if len(by_combo) > 1:  # eager / compiled, fp32 / bf16 side by side
+        stats += [Stat(f"parity {k}", _rate(v)) for k, v in sorted(by_combo.items())]
+    numerics = sum(r.status == "fail_numerics" for r in results)
+    breaks = sum(
+        n
+        for r in results
+        for n in ((r.diagnostics.get("compile") or {}).get("break_reasons") or {}).values()
+    )
+    fallbacks = {
+        op for r in results for op in ((r.diagnostics.get("ops") or {}).get("fallbacks") or {})
+    }
+    stats += [
+        Stat("parity numerics failures", numerics, fmt.number, "cases wrong against float64"),
+        Stat("graph breaks", breaks, fmt.number, "over every compiled case"),
+        Stat("host-fallback ops", len(fallbacks), fmt.number, ", ".join(sorted(fallbacks)[:4])),
+    ]
+    return stats
 
 
 def section(report: Report, suite: str) -> list[Block]:

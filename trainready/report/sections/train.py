@@ -85,6 +85,19 @@ def headlines(run: RunView) -> list[Stat]:
                     "in steady compiled steps",
                 )
             )
+        # The clocks a researcher lives by: compiled first step with cold and warm caches and
+        # after an ablation, then steady compiled throughput and MFU (warm scenario).
+        for scenario in ("cold", "warm", "arch_change"):
+            key = f"compiled_{scenario}_first_step_s"
+            if finite(m.get(key)):
+                label = f"compiled first step ({scenario.replace('_', ' ')})"
+                stats.append(Stat(label, m[key], fmt.seconds, r.case.name))
+        if finite(m.get("compiled_warm_tokens_per_s")):
+            mfu = m.get("compiled_warm_mfu")
+            note = f"MFU {fmt.percent(mfu)}" if finite(mfu) else "no peak known: no MFU"
+            stats.append(
+                Stat("compiled tokens/s", m["compiled_warm_tokens_per_s"], fmt.number, note)
+            )
         be = r.diagnostics.get("ledger", {}).get("cold", {})
         if "break_even_step" in be:
             n = be["break_even_step"]
