@@ -183,6 +183,16 @@ def test_resolve_peak_on_cpu_measures_once_then_reuses_the_store(tmp_path, count
         assert counted_calibration == [("cpu", "bf16"), ("cpu", "fp32")]
 
 
+def test_recalibrate_measures_again_and_replaces_the_cached_peak(tmp_path, counted_calibration):
+    with Store(tmp_path) as store:
+        key = dev.device_key("cpu")
+        store.put_calibration(key, "fp32", 1.0, {"n": 8})  # a peak measured under heavy load
+        assert dev.resolve_peak("cpu", "fp32", store=store)["flops"] == 1.0
+        fresh = dev.resolve_peak("cpu", "fp32", store=store, recalibrate=True)
+        assert counted_calibration == [("cpu", "fp32")] and fresh["flops"] > 1.0
+        assert store.get_calibration(key, "fp32")["peak_flops"] == fresh["flops"]
+
+
 def test_resolve_peak_never_reuses_another_machines_calibration(tmp_path, counted_calibration):
     with Store(tmp_path) as store:
         store.put_calibration("cpu|Some Other CPU|threads=64|torch=2.13.0", "bf16", 9e15, {"n": 1})

@@ -153,3 +153,11 @@ def test_gemms_match_autograd_of_f_linear(pass_):
     inputs = {"fwd": (x, w), "dX": (grad_y, w), "dW": (grad_y, x)}[pass_]
     expected = {"fwd": y, "dX": x.grad, "dW": w.grad}[pass_]
     torch.testing.assert_close(matmul.product(pass_, *(t.detach() for t in inputs)), expected)
+
+
+def test_mfu_above_one_warns_that_the_measured_peak_is_too_low():
+    tiny_peak = {"flops": 1.0, "source": "measured", "label": "vs measured peak"}
+    out = matmul.execute(_tiny("fwd"), _ctx(peaks={"bf16": tiny_peak}))
+    assert out.metrics["mfu"] > 1
+    assert "--recalibrate" in out.diagnostics["peak_warning"]
+    assert "peak_warning" not in matmul.execute(_tiny("fwd"), _ctx()).diagnostics

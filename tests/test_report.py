@@ -244,3 +244,20 @@ def test_planned_cases_without_result_are_named(tmp_path):
     skipped = {tc.get("name") for tc in junit.iter("testcase") if tc.find("skipped") is not None}
     assert skipped == {C_FWD128.name, C_TIMEOUT.name}
     assert "--resume" in md
+
+
+def test_mfu_above_the_peak_is_flagged_above_the_numbers(tmp_path):
+    """An MFU over 100% says the peak is wrong (a calibration under load), not that the device
+    is fast: the matmul section says so, naming the worst case."""
+    over = _matmul(C_FWD128, 1.7, "vs measured peak")
+    over.diagnostics["peak_warning"] = "MFU 170% is above the peak; re-measure"
+    with Store(tmp_path) as s:
+        _run(s, "busy", "cpu", 2, [_matmul(C_FWD1, 0.5, "vs measured peak"), over])
+        md = render(s, ["busy"], "md")
+    assert f"1 of 2 cases are above 100% MFU, worst {C_FWD128.id}: MFU 170%" in md
+
+
+def test_mfu_within_the_peak_has_no_warning(tmp_path):
+    with Store(tmp_path) as s:
+        _run(s, "idle", "cpu", 1, [_matmul(C_FWD1, 0.5, "vs measured peak")])
+        assert "above 100% MFU" not in render(s, ["idle"], "md")

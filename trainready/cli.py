@@ -38,6 +38,13 @@ def devices(
     measure: Annotated[
         bool, typer.Option(help="Calibrate devices missing from the peak table (takes seconds).")
     ] = True,
+    recalibrate: Annotated[
+        bool,
+        typer.Option(
+            help="Measure the peak again and replace the cached one (do it on an idle machine: "
+            "a peak measured under load is too low and inflates every MFU against it)."
+        ),
+    ] = False,
 ) -> None:
     """List the devices this machine can test, with memory and the peak FLOP/s used for MFU."""
     from trainready.core.store import Store
@@ -50,7 +57,9 @@ def devices(
         for dev in available_devices():
             info = device_info(dev)
             mem = info.get("total_memory")
-            peak = resolve_peak(dev, dtype, store=store) if measure else None
+            peak = (
+                resolve_peak(dev, dtype, store=store, recalibrate=recalibrate) if measure else None
+            )
             table.add_row(
                 dev,
                 str(info.get("name", "?")),

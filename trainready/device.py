@@ -590,12 +590,15 @@ def _measured_record(
     }
 
 
-def resolve_peak(device: str, dtype: str, store: Store | None = None) -> dict[str, Any]:
+def resolve_peak(
+    device: str, dtype: str, store: Store | None = None, *, recalibrate: bool = False
+) -> dict[str, Any]:
     """The peak FLOP/s to compute MFU against: {"flops", "source", "kind", "label", ...}.
 
     From the peak table when the device's name is a known kind with a figure for `dtype`;
     otherwise measured by `calibrate_peak` (the cpu always is), and cached in `store` under
-    `device_key` so a later run on the same machine reuses it. Never another device's peak.
+    `device_key` so a later run on the same machine reuses it (`recalibrate` measures afresh and
+    replaces the cached figure). Never another device's peak.
     """
     torch_dtype(dtype)
     info = device_info(device)
@@ -608,7 +611,7 @@ def resolve_peak(device: str, dtype: str, store: Store | None = None) -> dict[st
             "label": f"{kind.upper()} {dtype} dense peak (table)",
         }
     key = device_key(device)
-    cached = store.get_calibration(key, dtype) if store is not None else None
+    cached = store.get_calibration(key, dtype) if store is not None and not recalibrate else None
     if cached is not None:
         return _measured_record(kind, dtype, cached, key)
     calib = calibrate_peak(device, dtype)

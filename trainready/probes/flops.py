@@ -141,9 +141,21 @@ def mfu(flops_per_token: float, tokens_per_s_per_device: float, peak_flops: floa
     return flops_per_token * tokens_per_s_per_device / peak_flops
 
 
-def peak_diagnostics(peak: dict[str, Any] | None, dtype: str) -> dict[str, Any]:
+def peak_diagnostics(
+    peak: dict[str, Any] | None, dtype: str, mfu: float | None = None
+) -> dict[str, Any]:
     """What a result says about the peak its MFU is against (or that there is none), so a
-    measured-peak MFU is never read as a datasheet one."""
+    measured-peak MFU is never read as a datasheet one; and a warning when the MFU is above 1,
+    which no real peak allows: the peak is wrong, most often a calibration taken under load."""
     if not (peak and peak.get("flops")):
         return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
-    return {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
+    out = {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
+    if mfu is not None and mfu > 1:
+        fix = (
+            "the calibration ran slower than this case (a busy machine?): "
+            "re-measure with `trainready devices --recalibrate` on an idle machine"
+            if peak.get("source") == "measured"
+            else "the table's peak is too low for this device: check its kind"
+        )
+        out["peak_warning"] = f"MFU {mfu:.0%} is above the peak; {fix}"
+    return out

@@ -292,7 +292,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         if key in verdict.errors:
             metrics[name] = verdict.errors[key]
     diagnostics = {
-        **peak_diagnostics(peak, dtype),
+        **peak_diagnostics(peak, dtype, metrics.get("mfu")),
         "clock": stats.clock,
         "check": what,
         "numerics": verdict.to_json(),

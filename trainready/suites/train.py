@@ -475,7 +475,11 @@ def judge(
         "parity": parity,
         "parity_rel_tol": tol,
         "specs": {m: {s.name: s.spec for s in scenarios} for m, scenarios in runs.items()},
-        **peak_diagnostics(peak, p["dtype"]),
+        **peak_diagnostics(
+            peak,
+            p["dtype"],
+            max((v for k, v in metrics.items() if k.endswith("_mfu")), default=None),
+        ),
     }
     if problems:
         diagnostics["problems"] = problems

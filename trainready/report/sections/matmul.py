@@ -10,7 +10,7 @@ import statistics
 
 from trainready.core.case import Result
 from trainready.report import fmt
-from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
+from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, Text, num
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 
@@ -76,9 +76,27 @@ def section(report: Report, suite: str) -> list[Block]:
             stats.append(_median_mfu(f"{prefix}median MFU at M={m}", at_m))
     if stats:
         blocks.append(Stats(stats))
+    blocks.extend(_peak_warnings(report))
     blocks.append(chart(report))
     blocks.append(table(report))
     return blocks
+
+
+def _peak_warnings(report: Report) -> list[Text]:
+    """MFU above 100% means the peak is wrong, not the device fast: say so above the numbers."""
+    texts = []
+    for run in report.runs:
+        warned = [r for r in _measured(run, "mfu") if r.diagnostics.get("peak_warning")]
+        if warned:
+            worst = max(warned, key=lambda r: r.metrics["mfu"])
+            prefix = f"{run.label}: " if report.multi else ""
+            texts.append(
+                Text(
+                    f"{prefix}{len(warned)} of {len(_measured(run, 'mfu'))} cases are above 100% "
+                    f"MFU, worst {worst.case.id}: {worst.diagnostics['peak_warning']}"
+                )
+            )
+    return texts
 
 
 def chart(report: Report) -> Chart:
