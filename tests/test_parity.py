@@ -23,19 +23,19 @@ def _line(text: str) -> int:
     return next(i for i, ln in enumerate(lines, 1) if text in ln)
 
 
-def _run(factory: str, mode: str = "eager", steps: int = 3, **options):
+def _run(factory: str, mode: str = "eager", steps: int = 3, dtype: str = "fp32", **options):
     params = {
         "source": "factory",
         "model": factory,
         "factory": f"{FAULTS}:{factory}",
         "mode": mode,
-        "dtype": "fp32",
+        "dtype": dtype,
         "steps": steps,
     }
     if mode == "compile":
         params["compile_backend"] = "eager"  # dynamo's own analysis, without inductor's codegen
-    case = Case("parity", f"custom/{factory}/{mode}/fp32", params)
-    return execute_case(parity, case, CaseContext("cpu", "fp32", 300.0, options=options))
+    case = Case("parity", f"custom/{factory}/{mode}/{dtype}", params)
+    return execute_case(parity, case, CaseContext("cpu", dtype, 300.0, options=options))
 
 
 def test_clean_model_passes_with_every_tensor_compared():
@@ -56,6 +56,23 @@ def test_wrong_backward_in_one_parameter_is_fail_numerics_naming_that_gradient()
     assert out.diagnostics["error"].startswith("down.weight.grad rmse ratio ")
     worst = out.diagnostics["worst"][0]
     assert worst["tensor"] == "down.weight.grad" and not worst["ok"] and worst["ratio"] > 1
+
+
+def test_cpu_bf16_eager_is_its_own_baseline_so_tensor_errors_are_reported_not_judged():
+    """The CPU's bf16 eager run is what other devices' bf16 is judged against: its errors against
+    the rounded reference stay visible (worst tensors, ratio, rule); the curve is still judged."""
+    out = _run("clean", dtype="bf16", steps=5)
+    assert out.status == "pass", out.diagnostics.get("error")
+    d = out.diagnostics
+    assert d["tensor_rule"] == parity.SELF_BASELINE_NOTE
+    assert {w["rule"] for w in d["worst"]} == {parity.REPORTED_RULE}
+    assert all(w["ok"] and w["ratio"] > 0 for w in d["worst"])
+    assert d["curve"]["ok"] and len(d["curve"]["device"]) == 5
+
+
+def test_cpu_fp32_eager_still_judges_every_tensor():
+    assert "tensor_rule" not in _run("clean").diagnostics
+    assert _run("wrong_backward").status == "fail_numerics"  # the fp32 rule is unchanged
 
 
 def test_cpu_round_trip_is_reported_with_the_op_and_line():

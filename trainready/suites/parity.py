@@ -11,7 +11,8 @@ and data in float64 on the CPU. The numerics probe compares the loss, the logits
 and every parameter after the step (`compare_many`; DESIGN.md's rule), and the loss curve step by
 step (`loss_curve_compare`, tolerance `CURVE_RTOL`). The same-dtype baseline of the rmse rule is
 the CPU running the case eagerly at the case dtype; where that run *is* the device run (eager on
-the CPU) there is none and the probe uses the reference rounded to the dtype.
+the CPU) there is none and the probe uses the reference rounded to the dtype -- which in fp32 is
+judged, and in bf16/fp16 only reported for the pre-step tensors (`SELF_BASELINE_NOTE`).
 
 Also per case: eager runs the first step twice and reports any difference (non-determinism) and
 records its aten ops, host round-trips and CPU fallbacks (`probes/ops.py`); compile records
@@ -38,6 +39,7 @@ case clears only dynamo's in-memory state, so recompiles and graph breaks are co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -294,6 +296,9 @@ def _check(subject: Subject, ref: Trace, dev: Trace, low: Trace | None, dtype: s
     # The CPU's same-dtype step is judged from its own gradients too: its error against the
     # same expected step is not comparable, so after-step tensors use the rounded baseline.
     _, verdicts = judge(expected, dev.named(), low.named(after_step=False) if low else None, dtype)
+    if low is None and dtype != "fp32":
+        verdicts = {name: _reported(name, v) for name, v in verdicts.items()}
+        out.diagnostics["tensor_rule"] = SELF_BASELINE_NOTE
     curve = loss_curve_compare(ref.curve, dev.curve, CURVE_RTOL[dtype])
     worst = _worst(verdicts, WORST_SHOWN)
     out.diagnostics |= {
@@ -319,6 +324,28 @@ def _check(subject: Subject, ref: Trace, dev: Trace, low: Trace | None, dtype: s
             f" (max rel dev {curve['max_rel_dev']:.3g} > {curve['rel_tol']:g})"
         )
     return problems
+
+
+# Eager on the CPU in a low-precision dtype *is* the same-dtype baseline every other device is
+# judged against, so its own loss, logits and gradients have nothing independent to be judged by:
+# the reference rounded to the dtype is the error of one rounding, and a network compounds
+# hundreds (measured on this CPU: 1.1-16x the rmse rule's bound over the synthetic matrix and the
+# HF zoo in bf16, with no fault anywhere). Those errors are reported, not judged; what still fails
+# the case is a shape or non-finite mismatch, a wrong optimizer step, and the loss curve leaving
+# the float64 reference.
+REPORTED_RULE = "reported_vs_rounded"
+SELF_BASELINE_NOTE = (
+    "the CPU at this dtype is the same-dtype baseline itself: loss, logits and gradient errors "
+    "are reported, not judged (the optimizer step, non-finite values and the loss curve are)"
+)
+
+
+def _reported(name: str, v: Verdict) -> Verdict:
+    """A pre-step tensor of the CPU's own low-precision eager run, measured only against the
+    reference rounded to the dtype: its error is reported under its own rule, never a failure."""
+    if v.rule != "rmse_vs_rounded" or name.endswith(".after_step"):
+        return v
+    return dataclasses.replace(v, ok=True, rule=REPORTED_RULE)
 
 
 def _against_baseline(ref: str, case: Case, dtype: str, out: Outcome) -> list[str]:
