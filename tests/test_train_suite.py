@@ -140,7 +140,7 @@ def test_a_compile_failure_is_reported_and_skips_what_depended_on_it():
 def test_run_mode_skips_later_scenarios_after_a_failed_cold(monkeypatch, tmp_path):
     calls = []
 
-    def fake_single(spec, env, work, timeout_s):
+    def fake_single(spec, env, work, timeout_s, profile=None):
         calls.append(env["TORCHINDUCTOR_CACHE_DIR"])
         return Scenario("", "", status="fail_compile", error="no compiler")
 

@@ -7,6 +7,7 @@ trainready.report(summary.store_path, [summary.run_id], "md")
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,7 @@ from typing import Any
 
 from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
+from trainready.core.context import ARTIFACTS
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
 from trainready.core.store import RunRecord, Store, StoreError, new_run_id
@@ -173,7 +175,7 @@ def run(
                 preload=[s.module_path for s in planned if s.cases],
             )
         try:
-            runner.run(_jobs(cfg, planned, done))
+            runner.run(_jobs(cfg, planned, done, store.dir / run_id))
         finally:
             runner.close()
         store.finish_run(run_id)
@@ -182,7 +184,7 @@ def run(
         store.close()
 
 
-def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str]) -> list[Job]:
+def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str], run_dir: Path) -> list[Job]:
     jobs = []
     for s in planned:
         for case in s.cases:
@@ -195,6 +197,7 @@ def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str]) -> list[J
                 "preset": cfg.preset,
                 "options": cfg.options,
                 "peaks": cfg.peaks,
+                "run_dir": str(run_dir.resolve()),  # where the case's files go (artifacts)
             }
             jobs.append(Job(case, s.module_path, ctx["budget_s"], ctx))
     return jobs
@@ -205,10 +208,12 @@ def merge(sources: list[str | Path], out: str | Path) -> str:
     if not sources:
         raise ConfigError("merge needs at least one run directory")
     shards: list[tuple[RunRecord, list[Case], list[Result]]] = []
+    artifacts: list[Path] = []  # each shard's RUN_DIR/artifacts (results name files under it)
     for src in sources:
         with Store(src, create=False) as s:
             rec = s.latest_run()
             shards.append((rec, s.planned(rec.run_id), s.results(rec.run_id)))
+            artifacts.append(s.dir / rec.run_id / ARTIFACTS)
     head = shards[0][0]
 
     def settings(rec: RunRecord) -> dict[str, Any]:
@@ -242,6 +247,9 @@ def merge(sources: list[str | Path], out: str | Path) -> str:
             store.add_planned(run_id, planned_cases)
             for r in results:
                 store.add_result(run_id, r)
+        for src_dir in artifacts:  # shards hold disjoint cases, so their directories too
+            if src_dir.is_dir():
+                shutil.copytree(src_dir, store.dir / run_id / ARTIFACTS, dirs_exist_ok=True)
         if all(rec.finished_at for rec, _, _ in shards):
             store.finish_run(run_id)
     return run_id

@@ -149,7 +149,12 @@ def run(
     ] = None,
     profile: Annotated[
         bool,
-        typer.Option(help="Capture a profiler trace (train).", rich_help_panel="Suite options"),
+        typer.Option(
+            help="train: after the timed steps of each mode's warm (else cold) scenario, record "
+            "a few more with torch.profiler (shapes, stacks, memory); a gzipped trace and "
+            "metadata.json per capture go to OUT/RUN_ID/artifacts/, named in the report.",
+            rich_help_panel="Suite options",
+        ),
     ] = False,
     set_: Annotated[
         list[str] | None,

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from trainready.core.case import Case, Outcome
-from trainready.core.context import CaseContext, Unsupported
+from trainready.core.context import CaseContext, Unsupported, prepare_artifacts
 
 
 def redirect_output(log_path: str) -> None:
@@ -121,6 +121,7 @@ def worker_main(
         _, case_json, ctx_json, suite_path = msg
         case = Case.from_json(case_json)
         ctx = CaseContext(**ctx_json, _report_phase=lambda p: conn.send(("phase", p)))
+        prepare_artifacts(ctx, case.id)
         t0 = time.perf_counter()
         try:
             if suite_path not in suites:

@@ -7,12 +7,18 @@ wait / warm-up / active schedule that advances on every optimizer step: a global
 After the active steps the trace is written and the profiler stops, so the rest of the script
 runs at full speed. `--steps 0` profiles the whole script instead (inference, no optimizer).
 
-In code (what `trainready run train --profile` uses):
+In code, around a step loop:
 
     with profile_steps(out_dir, steps=3) as step:
         for batch in data:
             train_step(batch)
             step()
+
+or around code that times its own steps, leaving those untouched (what `trainready run train
+--profile` uses: `after` timed steps, then the profiled ones):
+
+    with profile_after(out_dir, after=timed_steps, steps=3):
+        train(steps=timed_steps + extra_steps(3))
 
 Both record shapes, Python stacks and memory, and write DIR/trace.json.gz (Kineto JSON, gzipped)
 and DIR/metadata.json (environment snapshot, schedule, the command, step count seen).
@@ -53,7 +59,14 @@ def _write_gzip(src: Path, dst: Path) -> None:
 class StepProfiler:
     """torch.profiler on a wait/warm-up/active schedule, writing DIR/trace.json.gz when done."""
 
-    def __init__(self, out_dir: str | Path, steps: int = 3, wait: int = 1, warmup: int = 1):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        steps: int = 3,
+        wait: int = 1,
+        warmup: int = 1,
+        device: str | None = None,
+    ):
         import torch.profiler
 
         if steps < 0 or wait < 0 or warmup < 0:
@@ -61,8 +74,11 @@ class StepProfiler:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.steps, self.wait, self.warmup = steps, wait, warmup
+        self.device = device  # for the metadata's environment snapshot (None: the default)
         self.seen = 0  # steps completed while profiling
+        self.started = False
         self.done = False
+        self.error: str | None = None  # why the capture failed, for the metadata
         self.started_at = time.time()
         schedule = (
             torch.profiler.schedule(wait=wait, warmup=warmup, active=steps, repeat=1)
@@ -94,6 +110,7 @@ class StepProfiler:
         self.done = True
 
     def start(self) -> None:
+        self.started = True
         self._prof.start()
 
     def step(self) -> None:
@@ -107,7 +124,7 @@ class StepProfiler:
 
     def stop(self) -> None:
         """Stop profiling; a run that ended inside the active steps still writes what it has."""
-        if not self.done:
+        if self.started and not self.done:
             with contextlib.suppress(RuntimeError):  # already stopped by an exception path
                 self._prof.stop()
 
@@ -123,7 +140,8 @@ class StepProfiler:
             "complete": self.trace_path.exists() and self.recorded_steps == self.steps,
             "started_at": self.started_at,
             "wall_s": time.time() - self.started_at,
-            "env": snapshot(resolve("auto")),
+            "env": snapshot(self.device or resolve("auto")),
+            **({"error": self.error} if self.error else {}),
             **(extra or {}),
         }
         (self.out_dir / METADATA_NAME).write_text(json.dumps(meta, indent=1, default=str))
@@ -141,6 +159,125 @@ def profile_steps(
     finally:
         prof.stop()
         prof.write_metadata()
+
+
+def _error_head(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+
+
+def extra_steps(steps: int = 3, warmup: int = 1) -> int:
+    """Optimizer steps `profile_after` needs after its `after` ones: the one that starts the
+    profiler, the warm-up ones and the recorded ones."""
+    return 1 + warmup + steps
+
+
+class _AfterHook:
+    """A global optimizer step post-hook: counts steps, starts the profiler at the end of step
+    `after` + 1, then advances it. A profiler error stops the capture, never the training."""
+
+    def __init__(self, prof: StepProfiler, after: int, on_start: Callable[[], None] | None):
+        self.prof, self.after, self.on_start = prof, after, on_start
+        self.count = 0
+
+    def __call__(self, *_: Any) -> None:
+        self.count += 1
+        if self.count <= self.after or self.prof.done or self.prof.error:
+            return
+        try:
+            if self.prof.started:
+                self.prof.step()
+            else:
+                if self.on_start is not None:
+                    self.on_start()
+                self.prof.start()
+        except Exception as e:  # noqa: BLE001 - a failed capture is a finding, not a crash
+            self.prof.error = _error_head(e)
+            with contextlib.suppress(Exception):
+                self.prof.stop()
+            self.prof.done = True  # nothing more to record
+
+
+@contextlib.contextmanager
+def profile_after(
+    out_dir: str | Path,
+    after: int,
+    steps: int = 3,
+    warmup: int = 1,
+    on_start: Callable[[], None] | None = None,
+    device: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Iterator[StepProfiler]:
+    """Profile the optimizer steps that follow the first `after` ones, which run untouched.
+
+    For code that times its own steps: until `after` steps are done the hook only counts, and
+    the profiler starts at the end of the next step (so the step that pays for starting it is
+    not a timed one either; `on_start()` runs just before, e.g. to read the timed steps' peak
+    memory). Then `warmup` steps warm it up and `steps` are recorded: run at least
+    `after + extra_steps(steps, warmup)` steps. Errors of the profiler end up in the metadata
+    (and `.error`), not in the training.
+    """
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    prof = StepProfiler(out_dir, steps=steps, wait=0, warmup=warmup, device=device)
+    handle = register_optimizer_step_post_hook(_AfterHook(prof, after, on_start))
+    try:
+        yield prof
+    finally:
+        handle.remove()
+        prof.stop()
+        try:
+            prof.write_metadata({"after_steps": after, **(metadata or {})})
+        except Exception as e:  # noqa: BLE001 - the training's own result must still count
+            prof.error = prof.error or _error_head(e)
+            print(f"trainready profile: no metadata written: {prof.error}", file=sys.stderr)
+
+
+_OP_FIELDS = ("op", "input_dims", "dtype", "calls", "timed_on", "tflops", "mfu")
+
+
+def _top_kernels(trace: Any, rows: Any, top: int) -> list[dict[str, Any]]:
+    """Device kernels by total time: name, calls, ms."""
+    import numpy as np
+
+    if not len(rows):
+        return []
+    ids, inverse = np.unique(trace.name[rows], return_inverse=True)
+    total = np.bincount(inverse, weights=trace.dur[rows].astype(np.float64))
+    calls = np.bincount(inverse)
+    order = np.argsort(-total, kind="stable")[:top].tolist()
+    return [
+        {"name": trace.strings[int(ids[i])], "calls": int(calls[i]), "ms": total[i] / 1e6}
+        for i in order
+    ]
+
+
+def trace_brief(path: str | Path, top: int = 5, peak_flops: float | None = None) -> dict[str, Any]:
+    """A few numbers that say where a captured trace's time goes, for a result's diagnostics:
+    the median profiler step, device idle and compute shares (None without device activity, e.g.
+    on the CPU), the kernels with the most device time and the matmul/conv/attention ops with the
+    most time (with TFLOP/s and MFU against `peak_flops`). `trainready analyze` has the rest."""
+    import numpy as np
+
+    from trainready.profile import analysis
+    from trainready.profile.opflops import mfu_summary
+    from trainready.profile.trace import KIND_KERNEL, load_trace
+
+    trace = load_trace(path)
+    win = analysis.window(trace)
+    steps = analysis.step_breakdown(trace)
+    kept = steps[:-1] if win.trimmed_last_step else steps
+    temporal = analysis.temporal_breakdown(trace, win)
+    ops = mfu_summary(trace, top=top, peak=peak_flops)["top"]
+    kernels = np.flatnonzero(win.keep & (trace.kind == KIND_KERNEL))
+    return {
+        "events": len(trace),
+        "steps": len(kept),
+        "step_ms": float(np.median([s["step_ns"] for s in kept])) / 1e6 if kept else None,
+        "device_idle_pct": temporal["idle_pct"],
+        "device_compute_pct": temporal["compute_pct"],
+        "top_kernels": _top_kernels(trace, kernels, top),
+        "top_ops": [{**{k: g[k] for k in _OP_FIELDS}, "ms": g["time_ns"] / 1e6} for g in ops],
+    }
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

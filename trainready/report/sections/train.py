@@ -2,8 +2,10 @@
 
 Per case: a table of the first step (with its parts) and the steady speed of eager and compiled in
 each scenario (cold, warm, arch_change, shape_change); the break-even step of compiled against
-eager per scenario; and a chart of total time against the number of steps, where the lines cross
-at the break-even step. Everything is read from the case's diagnostics as the suite stored them.
+eager per scenario; a chart of total time against the number of steps, where the lines cross
+at the break-even step; and, for a run with --profile, the traces captured (relative to the run
+directory, where the report is written), a short analysis of each, and the commands that open
+them. Everything is read from the case's diagnostics as the suite stored them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 from trainready.core.case import Result
 from trainready.ledger import Mode
 from trainready.report import fmt
-from trainready.report.blocks import Block, Chart, Column, Stat, Table, num
+from trainready.report.blocks import Block, Chart, Column, Stat, Table, Text, num
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 
@@ -120,6 +122,7 @@ def section(report: Report, suite: str) -> list[Block]:
             blocks.append(clocks_table(r, label))
             blocks.append(ledger_table(r, label))
             blocks.append(ledger_chart(r, label))
+            blocks.extend(profile_blocks(r, label))
     return blocks
 
 
@@ -281,3 +284,55 @@ def ledger_chart(r: Result, label: str) -> Chart:
         for name, v in ((n, ledgers[n]) for n in _ordered(ledgers))
     )
     return Chart(svg, f"{label} — total time against steps, per scenario; break-even {found}")
+
+
+def _top_op(summary: dict) -> str:
+    """The kernel, else the counted op, with the most time: the first thing to look at."""
+    for key, name in (("top_kernels", "name"), ("top_ops", "op")):
+        top = summary.get(key) or []
+        if top:
+            return f"{top[0][name]} ({fmt.number(top[0]['ms'])} ms, {top[0]['calls']} calls)"
+    return ""
+
+
+def profile_blocks(r: Result, label: str) -> list[Block]:
+    """The traces --profile captured: files, a short analysis, how to open them."""
+    captures = r.diagnostics.get("profile")
+    if not isinstance(captures, dict) or not captures:
+        return []
+    columns = [
+        Column("capture"),
+        Column("trace"),
+        num("steps"),
+        num("step ms"),
+        num("device idle", lambda v: fmt.percent(v / 100)),
+        Column("most time"),
+        Column("note"),
+    ]
+    rows, commands = [], []
+    for name, c in captures.items():
+        summary = c.get("summary") or {}
+        rows.append(
+            [
+                name,
+                c.get("trace") or "none",
+                summary.get("steps"),
+                summary.get("step_ms"),
+                summary.get("device_idle_pct"),
+                _top_op(summary),
+                c.get("error") or c.get("summary_error") or "",
+            ]
+        )
+        if c.get("trace"):
+            commands += [f"trainready analyze {c['trace']}", f"trainready explore {c['trace']}"]
+    blocks: list[Block] = [
+        Table(
+            columns,
+            rows,
+            f"{label} — profiler traces (--profile): steps recorded after the timed ones; "
+            "paths relative to the run directory (OUT/RUN_ID/, where this report is written)",
+        )
+    ]
+    if commands:
+        blocks.append(Text("Open them, from the run directory:\n" + "\n".join(commands)))
+    return blocks
