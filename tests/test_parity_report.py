@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
+from trainready.probes.numerics import loss_curve_compare
 from trainready.report import render
 from trainready.report.model import build_report
 from trainready.report.sections import parity as section
@@ -97,3 +100,188 @@ def test_headlines_pass_rates_numerics_breaks_and_fallbacks():
     assert stats["parity numerics failures"].value == 1
     assert stats["graph breaks"].value == 2
     assert stats["host-fallback ops"].value == 0
+
+
+# -- Loss curves of failing cases ----------------------------------------------------------------
+
+STEPS = 8
+REF = [7.0 - 0.5 * i for i in range(STEPS)]  # the float64 reference, as the suite stores it
+
+
+def _drifting(rate: float) -> list[float]:
+    """A device curve whose relative deviation from REF grows by `rate` per step."""
+    return [r * (1 + rate * i) for i, r in enumerate(REF)]
+
+
+def _curved(model: str, status: str, device: list[float], ref: list[float] = REF) -> Result:
+    curve = {"ok": status == "pass", "rel_tol": 5e-3, "reference": ref, "device": device}
+    return _result(model, "eager", status, DENSE, curve=curve)
+
+
+def _curve_store(runs: dict[str, list[Result]]) -> tuple[Store, list[str]]:
+    store = Store.in_memory()
+    for rid, results in runs.items():
+        env = {"device": {"name": rid}}
+        store.add_run(RunRecord(rid, 0.0, ["parity"], "cpu", "quick", env=env))
+        for r in results:
+            store.add_result(rid, r)
+    return store, list(runs)
+
+
+def _chart(html: str) -> ET.Element:
+    """The loss-curve small multiples of the parity section."""
+    section = html.split('<section id="suite-parity">')[1].split("</section>")[0]
+    figures = [f for f in section.split("<figure>")[1:] if "Loss curves of" in f]
+    assert len(figures) == 1
+    return ET.fromstring(figures[0].split("<figcaption>")[0])
+
+
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def _panels(svg: ET.Element) -> dict[str, ET.Element]:
+    """Panels by their title: a case id (loss) or "max ..." (deviation), in drawing order."""
+    panels = {}
+    for g in svg.iter(f"{NS}g"):
+        if g.get("class") == "panel":
+            title = next(t for t in g.iter(f"{NS}text") if t.get("font-weight") == "600")
+            panels["".join(title.itertext())] = g
+    return panels
+
+
+def _series(panel: ET.Element) -> dict[str, ET.Element]:
+    return {g.get("data-name"): g for g in panel.iter(f"{NS}g") if g.get("class") == "series"}
+
+
+def _ys(series: ET.Element) -> list[float]:
+    points = series.find(f"{NS}polyline").get("points").split()
+    return [float(p.split(",")[1]) for p in points]
+
+
+def _tips(series: ET.Element) -> list[str]:
+    return [t.text for t in series.iter(f"{NS}title")]
+
+
+def _proportional(pixels: list[float], values: list[float]) -> bool:
+    """On a linear axis, pixel offsets from the first point are a fixed multiple of the values'
+    (negative: SVG's y grows downwards)."""
+    k = (pixels[-1] - pixels[0]) / (values[-1] - values[0])
+    return (
+        len(pixels) == len(values)
+        and k < 0
+        and all(
+            abs((p - pixels[0]) - k * (v - values[0])) < 0.2
+            for p, v in zip(pixels, values, strict=True)
+        )
+    )
+
+
+def test_failing_case_draws_device_over_reference():
+    device = _drifting(0.004)
+    store, rids = _curve_store(
+        {"gpu": [_curved("llama", "fail_numerics", device), _curved("gpt2", "pass", REF)]}
+    )
+    svg = _chart(render(store, rids, "html"))
+    panels = _panels(svg)
+    assert list(panels)[0] == "hf/llama/eager/fp32"
+    assert not any("gpt2" in title for title in panels)  # passing cases are not drawn
+    series = _series(panels["hf/llama/eager/fp32"])
+    assert set(series) == {"gpu", "float64 reference"}
+    # Each polyline carries its curve: its pixels follow the values, step by step.
+    assert _proportional(_ys(series["gpu"]), device)
+    assert _proportional(_ys(series["float64 reference"]), REF)
+    assert not _proportional(_ys(series["gpu"]), REF)
+    # Hovering a device marker shows that step's two losses and their deviation.
+    assert _tips(series["gpu"])[3] == (
+        f"gpu, step 3: loss {device[3]:.6g}, reference {REF[3]:.6g}, rel dev 0.012"
+    )
+    # The deviation panel: the suite's own maximum, and the tolerance line.
+    curve = loss_curve_compare(REF, device, 5e-3)
+    (dev_title,) = [t for t in panels if t.startswith("max ")]
+    assert dev_title == f"max {curve['max_rel_dev']:.2g} at step {curve['max_rel_dev_step']}"
+    deviation = _series(panels[dev_title])
+    assert set(deviation) == {"gpu", "tolerance"}
+    assert _tips(deviation["gpu"])[-1].startswith(f"gpu, step 7: rel dev {0.028:.3g}")
+    # Step 0 agrees exactly: a log axis has no 0, so it sits on the floor and says so.
+    assert (
+        _tips(deviation["gpu"])[0]
+        == "gpu, step 0: rel dev 0 (tolerance 0.005), drawn on the bottom edge"
+    )
+    assert len(_ys(deviation["gpu"])) == STEPS
+
+
+def test_charts_are_capped_worst_first_and_the_rest_counted():
+    results = [_curved(f"m{i:02d}", "fail_numerics", _drifting(0.001 * (i + 1))) for i in range(14)]
+    results.append(_curved("late", "fail_run", _drifting(0.5)))  # numerics failures come first
+    store, rids = _curve_store({"gpu": results})
+    html = render(store, rids, "html")
+    titles = [t for t in _panels(_chart(html)) if t.startswith("hf/")]
+    assert len(titles) == section.CURVES_SHOWN == 12
+    assert titles == [f"hf/m{i:02d}/eager/fp32" for i in range(13, 1, -1)]
+    note = "3 more failing cases not drawn: parity/hf/m01/eager/fp32, parity/hf/m00/eager/fp32,"
+    assert note + " parity/hf/late/eager/fp32" in html
+
+
+def test_no_chart_when_nothing_fails():
+    store, rids = _curve_store({"gpu": [_curved("gpt2", "pass", REF)]})
+    assert section.curves(build_report(store, rids)) == []
+    assert "Loss curves of" not in render(store, rids, "html")
+    assert "Loss curve of the worst" not in render(store, rids, "md")
+
+
+def test_markdown_names_the_chart_and_tabulates_the_worst_case():
+    device = _drifting(0.004)
+    store, rids = _curve_store(
+        {
+            "gpu": [
+                _curved("mild", "fail_numerics", _drifting(0.001)),
+                _curved("llama", "fail_numerics", device),
+            ]
+        }
+    )
+    md = render(store, rids, "md")
+    assert "_Chart: Loss curves of 2 failing parity cases" in md and "(in the HTML report)._" in md
+    table = md.split("**Loss curve of the worst failing parity case, parity/hf/llama/eager/fp32")[1]
+    lines = table.split("\n\n")[1].splitlines()
+    assert lines[0] == "| step | float64 reference | gpu loss | gpu rel dev |"
+    assert lines[2 + 3] == f"| 3 | 5.5 | {device[3]:.6g} | 1.20e-02 |"
+    assert len(lines) == 2 + STEPS
+
+
+def test_runs_overlay_their_curves_of_the_same_case():
+    """Two runs: the case fails on one and passes on the other; both curves share its panel."""
+    bad, good = _drifting(0.004), _drifting(0.0001)
+    store, rids = _curve_store(
+        {"gpu": [_curved("llama", "fail_numerics", bad)], "cpu": [_curved("llama", "pass", good)]}
+    )
+    svg = _chart(render(store, rids, "html"))
+    panels = _panels(svg)
+    series = _series(panels["hf/llama/eager/fp32"])
+    assert list(series) == ["cpu", "gpu", "float64 reference"]  # the primary above the other
+    assert _proportional(_ys(series["gpu"]), bad) and _proportional(_ys(series["cpu"]), good)
+    assert "max 0.028 at step 7 (gpu)" in panels
+    legend = [t.text for t in svg.findall(f"{NS}text")]
+    assert legend == ["device: gpu", "device: cpu", "float64 reference", "tolerance"]
+
+
+def test_runs_with_other_references_get_one_each():
+    other = [r + 0.1 for r in REF]
+    store, rids = _curve_store(
+        {
+            "gpu": [_curved("llama", "fail_numerics", _drifting(0.004))],
+            "cpu": [_curved("llama", "pass", other, ref=other)],
+        }
+    )
+    series = _series(_panels(_chart(render(store, rids, "html")))["hf/llama/eager/fp32"])
+    assert set(series) == {"gpu", "cpu", "reference (gpu)", "reference (cpu)"}
+    assert _proportional(_ys(series["reference (cpu)"]), other)
+
+
+def test_a_loss_that_is_not_finite_is_shown_not_dropped():
+    device = REF[:5] + [float("nan")] * (STEPS - 5)
+    store, rids = _curve_store({"gpu": [_curved("llama", "fail_numerics", device)]})
+    panels = _panels(_chart(render(store, rids, "html")))
+    assert "max inf at step 5" in panels
+    lost = _series(panels["max inf at step 5"])["gpu not finite"]
+    assert [t.split(":")[0] for t in _tips(lost)] == [f"gpu, step {i}" for i in range(5, STEPS)]
+    assert all(t.endswith("loss not finite or missing") for t in _tips(lost))

@@ -13,7 +13,7 @@ from trainready.config import ConfigError
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
 from trainready.report import FORMATS, render, write_reports
-from trainready.report.charts import Axis, Point, Series, xy_chart
+from trainready.report.charts import Axis, Panel, Point, Series, small_multiples, xy_chart
 from trainready.report.model import reason
 from trainready.report.terminal import print_summary
 
@@ -261,3 +261,22 @@ def test_mfu_within_the_peak_has_no_warning(tmp_path):
     with Store(tmp_path) as s:
         _run(s, "idle", "cpu", 1, [_matmul(C_FWD1, 0.5, "vs measured peak")])
         assert "above 100% MFU" not in render(s, ["idle"], "md")
+
+
+def test_small_multiples_share_one_legend():
+    lines = [Series("a", [Point(0, 1.0), Point(1, 2.0)], "#111111", "none", line=True, dash=True)]
+    long_title = "parity/hf/a_model_with_a_very_long_name/compile/bf16"
+    panels = [Panel(lines, Axis("step"), Axis("loss"), f"p{i}") for i in range(5)]
+    panels.append(Panel(lines, Axis("step"), Axis("loss"), long_title))
+    legend = [Series("a", [], "#111111", "none", line=True, dash=True)]
+    svg = small_multiples(panels, legend, columns=4, panel_width=300, panel_height=200)
+    root = ET.fromstring(svg)  # well-formed
+    assert (root.get("width"), root.get("height")) == ("1200", str(28 + 2 * 200))
+    groups = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "panel"]
+    assert [g.get("transform") for g in groups[3:5]] == ["translate(900,28)", "translate(0,228)"]
+    # One legend entry over the grid, none in the panels; a dashed line swatch, no marker.
+    assert [t.text for t in root.findall("{http://www.w3.org/2000/svg}text")] == ["a"]
+    assert svg.count('stroke-dasharray="5 3"') == 1 + 6 and "<circle" not in svg
+    # A title too long for its panel is cut, and kept whole as a tooltip.
+    (cut,) = re.findall(f"<title>{long_title}</title>([^<]*)…</text>", svg)
+    assert long_title.startswith(cut) and 20 < len(cut) < 30  # 300 px at about 8 px a letter

@@ -1,6 +1,8 @@
 """The HTML scorecard of a real run in a real browser (Debian's Chromium via Playwright): it opens
 offline without console errors, its chart renders one marker per passing case, and the drill-down
-filter and sort work. Set TRAINREADY_REPORT_SCREENSHOT=docs/report.png to save a screenshot."""
+filter and sort work; a comparison of two runs (`report RUN --compare RUN2`) shows both runs'
+values side by side, their ratio, what newly fails and its loss curves.
+Set TRAINREADY_REPORT_SCREENSHOT=docs/report.png to save a screenshot."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS
 from trainready import api
-from trainready.core.store import Store
+from trainready.cli import app
+from trainready.core.case import Case, Result
+from trainready.core.store import RunRecord, Store
 from trainready.report import write_reports
 
 sync_api = pytest.importorskip(
@@ -74,5 +78,107 @@ def test_scorecard_in_a_real_browser(report_html):
             shot = os.environ.get("TRAINREADY_REPORT_SCREENSHOT")
             if shot:
                 page.screenshot(path=shot, full_page=False)
+        finally:
+            browser.close()
+
+
+# Two hand-made runs with planted differences: a parity case that passes on the reference and
+# fails on the primary, a matmul case 1.5x faster on the primary; and a case whose loss is NaN on
+# both (an infinite deviation: the worst, wherever a table is sorted).
+LLAMA = Case("parity", "hf/llama/eager/fp32", {"source": "hf", "model": "llama", "dtype": "fp32"})
+NAN = Case("parity", "hf/mixtral/eager/fp32", {"source": "hf", "model": "mixtral", "dtype": "fp32"})
+MATMUL = Case("matmul", "Qwen3-8B/q_proj/M128/fwd", {"model": "Qwen3-8B", "op": "q_proj", "M": 128})
+REF_CURVE = [7.0 - 0.5 * i for i in range(8)]
+
+
+def _llama(status: str, drift: float) -> Result:
+    device = [r * (1 + drift * i) for i, r in enumerate(REF_CURVE)]
+    curve = {"rel_tol": 5e-3, "reference": REF_CURVE, "device": device}
+    error = "loss curve diverges from the reference at step 2" if status != "pass" else ""
+    return Result(LLAMA, status, {"curve_max_rel_dev": drift * 7}, {"curve": curve, "error": error})
+
+
+def _store(path: Path, device: str, llama: Result, tflops: float) -> None:
+    nan = [*REF_CURVE[:3], float("nan")]
+    diagnostics = {"curve": {"rel_tol": 5e-3, "reference": REF_CURVE, "device": nan}}
+    with Store(path) as store:
+        env = {"device": {"name": device}}
+        store.add_run(RunRecord(device, 1.7e9, ["parity", "matmul"], device, "quick", env=env))
+        store.add_result(device, llama)
+        metrics = {"curve_max_rel_dev": float("inf")}
+        store.add_result(device, Result(NAN, "fail_numerics", metrics, diagnostics))
+        store.add_result(device, Result(MATMUL, "pass", {"tflops": tflops}))
+
+
+@pytest.fixture(scope="module")
+def comparison_html(tmp_path_factory) -> Path:
+    from typer.testing import CliRunner
+
+    root = tmp_path_factory.mktemp("compare")
+    _store(root / "h200", "H200", _llama("fail_numerics", 0.004), tflops=450.0)
+    _store(root / "ref", "B200", _llama("pass", 0.0001), tflops=300.0)
+    out = root / "cmp.html"
+    args = ["report", str(root / "h200"), "--compare", str(root / "ref"), "-f", "html", "-o"]
+    result = CliRunner().invoke(app, [*args, str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_comparison_in_a_real_browser(comparison_html):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1800})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(comparison_html.as_uri())
+            page.wait_for_load_state("load")
+            assert errors == []
+
+            # What newly fails, named where a reader looks first.
+            newly = page.locator("#compare-B200 table", has_text="Newly failing")
+            assert newly.is_visible()
+            row = newly.locator("tbody tr")
+            assert row.count() == 1
+            assert row.inner_text().split("\t")[:3] == [LLAMA.id, "pass", "fail_numerics"]
+            assert "loss curve diverges" in row.inner_text()
+            # Filtering the changes by status looks at every run's: the primary's fail_numerics
+            # (the second status column) is found too.
+            changes = page.locator("#compare-B200 .drill", has_text="All status changes")
+            changes.locator("select").select_option("fail_numerics")
+            assert changes.locator(".count").inner_text() == "1 of 1 rows"
+            changes.locator("select").select_option("pass")
+            assert changes.locator(".count").inner_text() == "1 of 1 rows"
+
+            # Side by side: both runs' values of the aligned case, and their ratio.
+            side = page.locator("#suite-matmul .drill", has_text="matmul side by side")
+            head = side.locator("thead th").all_inner_texts()
+            assert head == [
+                "case", "H200", "B200", "tflops H200", "tflops B200", "tflops ratio vs B200"
+            ]  # fmt: skip
+            cells = side.locator("tbody tr").first.locator("td").all_inner_texts()
+            assert cells == [MATMUL.id, "pass", "pass", "450.0", "300.0", "1.5×"]
+            assert side.locator(".count").inner_text() == "1 of 1 rows"
+
+            # The parity case that fails on one run: both runs' curves in its panel, drawn.
+            chart = page.locator("#suite-parity figure", has_text="Loss curves of")
+            assert chart.is_visible()
+            box = chart.locator("svg").bounding_box()
+            assert box and box["width"] > 500 and box["height"] > 200
+            panel = chart.locator("g.panel", has_text=LLAMA.name)  # titled without "parity/"
+            names = [g.get_attribute("data-name") for g in panel.locator("g.series").all()]
+            assert names == ["B200", "H200", "float64 reference"]
+            for name in names:
+                line = panel.locator(f'g.series[data-name="{name}"] polyline')
+                assert line.bounding_box()["width"] > 100  # rendered across the plot
+
+            # Sorted by deviation, worst first: the infinite one leads (it is no blank).
+            cases = page.locator("#suite-parity .drill", has_text="H200: Every parity case")
+            header = cases.locator("thead th", has_text="curve max rel dev")
+            header.click()
+            header.click()
+            first = cases.locator("tbody tr").first.inner_text()
+            assert "mixtral" in first and "inf" in first
         finally:
             browser.close()

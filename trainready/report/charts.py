@@ -1,4 +1,5 @@
-"""Dependency-free SVG charts: x/y scatter or line plots with log axes, a legend and tooltips.
+"""Dependency-free SVG charts: x/y scatter or line plots with log axes, a legend and tooltips, and
+small multiples (a grid of small plots sharing one legend).
 
 Output is one inline <svg> string (no scripts, no external references) that browsers render in an
 HTML page opened offline. Hovering a marker shows its <title> as a tooltip.
@@ -14,6 +15,9 @@ from html import escape
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("circle", "square", "triangle", "diamond")
+# Besides MARKERS: "dot" (a small circle, for a reference drawn under the data) and "none".
+LEFT = 64  # room for the y tick labels and the y axis label
+TITLE_CHAR_PX = 8  # rough width of a 14px title character: longer titles are cut to fit
 
 
 @dataclass
@@ -28,8 +32,9 @@ class Series:
     name: str
     points: list[Point]
     color: str | None = None  # None: the next palette colour
-    marker: str = "circle"  # one of MARKERS
+    marker: str = "circle"  # one of MARKERS, "dot" or "none"
     line: bool = False  # join the points in x order
+    dash: bool = False  # draw the line dashed (a reference or a threshold)
 
 
 @dataclass
@@ -90,6 +95,8 @@ def compact(v: float) -> str:
 
 
 def _marker(shape: str, x: float, y: float, color: str, tip: str) -> str:
+    if shape == "none":
+        return ""
     paint = f'fill="{color}" fill-opacity="0.7" stroke="{color}"'
     title = f"<title>{escape(tip)}</title>" if tip else ""
     if shape == "square":
@@ -102,7 +109,24 @@ def _marker(shape: str, x: float, y: float, color: str, tip: str) -> str:
     if shape == "diamond":
         d = f"M{x:.1f},{y - 5:.1f}L{x + 5:.1f},{y:.1f}L{x:.1f},{y + 5:.1f}L{x - 5:.1f},{y:.1f}Z"
         return f'<path d="{d}" {paint}>{title}</path>'
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" {paint}>{title}</circle>'
+    r = 2.5 if shape == "dot" else 4
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" {paint}>{title}</circle>'
+
+
+def _stroke(s: Series, color: str) -> str:
+    return f'fill="none" stroke="{color}"' + (' stroke-dasharray="5 3"' if s.dash else "")
+
+
+def _colors(series: Sequence[Series]) -> list[str]:
+    return [s.color or PALETTE[i % len(PALETTE)] for i, s in enumerate(series)]
+
+
+def _head(width: float, height: float, label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}"'
+        f' height="{height}" role="img" aria-label="{escape(label)}" class="chart"'
+        ' font-family="system-ui, sans-serif" font-size="12" style="max-width:100%;height:auto">'
+    )
 
 
 def xy_chart(
@@ -115,6 +139,63 @@ def xy_chart(
     height: int = 420,
 ) -> str:
     """A scatter (or line) chart of several series with a legend, as an inline SVG string."""
+    body = _plot(series, x, y, title, width, height, legend=True)
+    return "\n".join([_head(width, height, title or y.label), *body, "</svg>"])
+
+
+@dataclass
+class Panel:
+    """One plot of a small-multiples grid."""
+
+    series: list[Series]
+    x: Axis
+    y: Axis
+    title: str = ""
+
+
+def small_multiples(
+    panels: Sequence[Panel],
+    legend: Sequence[Series],
+    *,
+    columns: int = 4,
+    panel_width: int = 320,
+    panel_height: int = 220,
+    label: str = "",
+) -> str:
+    """A grid of small plots under one shared legend, as one inline SVG string.
+
+    Panels draw no legend of their own, so their series should carry explicit colours that match
+    `legend` (one entry per kind of series, e.g. per run, whatever panel it appears in).
+    """
+    legend_h = 28 if legend else 0
+    rows = max(1, math.ceil(len(panels) / columns))
+    width, height = panel_width * min(columns, max(len(panels), 1)), legend_h + rows * panel_height
+    out = [_head(width, height, label)]
+    lx = 8.0
+    for s, color in zip(legend, _colors(legend), strict=True):
+        out += _swatch(s, color, lx, 14)
+        lx += 20 + _swatch_width(s)
+    for i, p in enumerate(panels):
+        dx, dy = (i % columns) * panel_width, legend_h + (i // columns) * panel_height
+        body = _plot(p.series, p.x, p.y, p.title, panel_width, panel_height, legend=False)
+        out += [f'<g class="panel" transform="translate({dx},{dy})">', *body, "</g>"]
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _fit(title: str, width: float) -> str:
+    """The title as SVG text, cut with an ellipsis where it would run out of the plot (the whole
+    title stays in a tooltip)."""
+    room = max(8, int(width // TITLE_CHAR_PX))
+    if len(title) <= room:
+        return escape(title)
+    return f"<title>{escape(title)}</title>{escape(title[: room - 1])}…"
+
+
+def _plot(
+    series: Sequence[Series], x: Axis, y: Axis, title: str, width: int, height: int, legend: bool
+) -> list[str]:
+    """The SVG elements of one plot in a width x height box (no enclosing <svg>)."""
 
     def plottable(p: Point) -> bool:
         ok = math.isfinite(p.x) and math.isfinite(p.y)
@@ -122,20 +203,22 @@ def xy_chart(
 
     data = [[p for p in s.points if plottable(p)] for s in series]
     points = [p for pts in data for p in pts]
-    head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}"'
-        f' height="{height}" role="img" aria-label="{escape(title or y.label)}" class="chart"'
-        ' font-family="system-ui, sans-serif" font-size="12" style="max-width:100%;height:auto">'
-    )
-    if not points:
-        return (
-            f'{head}<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#57606a">'
-            "no data to plot</text></svg>"
+    out = []
+    if title:
+        out.append(
+            f'<text x="{LEFT}" y="20" font-size="14" font-weight="600">'
+            f"{_fit(title, width - LEFT - 8)}</text>"
         )
+    if not points:
+        return [
+            *out,
+            f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#57606a">'
+            "no data to plot</text>",
+        ]
     sx, sy = _scale([p.x for p in points], x), _scale([p.y for p in points], y)
 
-    legend_w = min(260, 36 + 7 * max(len(s.name) for s in series))
-    left, right, top, bottom = 64, width - legend_w - 16, 36 if title else 16, height - 48
+    legend_w = min(260, 20 + max(_swatch_width(s) for s in series)) if legend else 0
+    left, right, top, bottom = LEFT, width - legend_w - 16, 36 if title else 16, height - 48
 
     def px(v: float) -> float:
         return left + sx.frac(v) * (right - left)
@@ -143,11 +226,6 @@ def xy_chart(
     def py(v: float) -> float:
         return bottom - sy.frac(v) * (bottom - top)
 
-    out = [head]
-    if title:
-        out.append(
-            f'<text x="{left}" y="20" font-size="14" font-weight="600">{escape(title)}</text>'
-        )
     # Grid and tick labels.
     xfmt, yfmt = x.ticks or compact, y.ticks or compact
     out.append('<g stroke="#d0d7de" stroke-width="1">')
@@ -177,20 +255,36 @@ def xy_chart(
     )
     out.append("</g>")
     # Series, then the legend.
-    colors = [s.color or PALETTE[i % len(PALETTE)] for i, s in enumerate(series)]
+    colors = _colors(series)
     for s, pts, color in zip(series, data, colors, strict=True):
         out.append(f'<g class="series" data-name="{escape(s.name)}">')
         if s.line and len(pts) > 1:
             coords = " ".join(
                 f"{px(p.x):.1f},{py(p.y):.1f}" for p in sorted(pts, key=lambda p: p.x)
             )
-            out.append(f'<polyline points="{coords}" fill="none" stroke="{color}"/>')
-        out += [_marker(s.marker, px(p.x), py(p.y), color, p.tip) for p in pts]
+            out.append(f'<polyline points="{coords}" {_stroke(s, color)}/>')
+        if s.marker != "none":
+            out += [_marker(s.marker, px(p.x), py(p.y), color, p.tip) for p in pts]
         out.append("</g>")
-    lx = right + 16
-    for i, (s, color) in enumerate(zip(series, colors, strict=True)):
-        ly = top + 8 + 18 * i
-        out.append(_marker(s.marker, lx + 6, ly, color, ""))
-        out.append(f'<text x="{lx + 16}" y="{ly + 4}">{escape(s.name)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    if legend:
+        for i, (s, color) in enumerate(zip(series, colors, strict=True)):
+            out += _swatch(s, color, right + 16, top + 8 + 18 * i)
+    return out
+
+
+def _swatch(s: Series, color: str, x: float, y: float) -> list[str]:
+    """A legend entry at (x, y): a short line if the series is a line, its marker, its name."""
+    if not s.line:
+        return [
+            _marker(s.marker, x + 6, y, color, ""),
+            f'<text x="{x + 16}" y="{y + 4}">{escape(s.name)}</text>',
+        ]
+    return [
+        f'<line x1="{x}" y1="{y}" x2="{x + 24}" y2="{y}" {_stroke(s, color)}/>',
+        *([_marker(s.marker, x + 12, y, color, "")] if s.marker != "none" else []),
+        f'<text x="{x + 30}" y="{y + 4}">{escape(s.name)}</text>',
+    ]
+
+
+def _swatch_width(s: Series) -> int:
+    return (30 if s.line else 16) + 7 * len(s.name)

@@ -6,6 +6,7 @@ artifact store, and shows the same thing years later.
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 from trainready.report import document, fmt
@@ -75,7 +76,8 @@ for (const box of document.querySelectorAll(".drill")) {
     const q = text.value.toLowerCase(), s = status ? status.value : "";
     let shown = 0;
     for (const tr of rows) {
-      const ok = (!q || tr.textContent.toLowerCase().includes(q)) && (!s || tr.dataset.status === s);
+      const ok = (!q || tr.textContent.toLowerCase().includes(q)) &&
+        (!s || tr.dataset.status.split(" ").includes(s));
       tr.hidden = !ok;
       shown += ok;
     }
@@ -145,6 +147,20 @@ def _block(block: Block) -> str:
     return "\n".join(f'<p class="text">{escape(line)}</p>' for line in block.text.splitlines())
 
 
+def _statuses(t: Table, row: list) -> list[str]:
+    """Every status in a row: a side-by-side row has one per run, and a status filter should find
+    a case by any of them (not only by the first run's)."""
+    found = (row[i] for i, c in enumerate(t.columns) if c.kind == "status" and row[i] is not None)
+    return list(dict.fromkeys(str(v) for v in found))
+
+
+def _sort_value(v: object) -> str:
+    # What JS's parseFloat reads: Python writes "inf", which would sort as a blank.
+    if isinstance(v, float) and math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return "" if v is None else escape(str(v))
+
+
 def _table(t: Table) -> str:
     status_at = t.status_index()
     head = "".join(
@@ -159,13 +175,14 @@ def _table(t: Table) -> str:
         for c, v in zip(t.columns, row, strict=True):
             text = escape(c.cell(v))
             if c.kind == "num":
-                value = "" if v is None else escape(str(v))
-                cells.append(f'<td class="num" data-v="{value}">{text}</td>')
+                cells.append(f'<td class="num" data-v="{_sort_value(v)}">{text}</td>')
             elif c.kind == "status" and v is not None:
                 cells.append(f'<td><span class="st st-{escape(str(v))}">{text}</span></td>')
             else:
                 cells.append(f"<td>{text}</td>")
-        status = f' data-status="{escape(str(row[status_at]))}"' if status_at is not None else ""
+        status = (
+            f' data-status="{escape(" ".join(_statuses(t, row)))}"' if status_at is not None else ""
+        )
         rows.append(f"<tr{status}>{''.join(cells)}</tr>")
     caption = f"<caption>{escape(t.caption)}</caption>" if t.caption else ""
     table = (
@@ -178,7 +195,7 @@ def _table(t: Table) -> str:
 def _drill_down(t: Table, status_at: int | None, table: str) -> str:
     select = ""
     if status_at is not None:
-        present = dict.fromkeys(str(row[status_at]) for row in t.rows)
+        present = dict.fromkeys(s for row in t.rows for s in _statuses(t, row))
         options = "".join(
             f'<option value="{escape(s)}">{escape(fmt.status(s))}</option>' for s in present
         )

@@ -1,15 +1,19 @@
 """The parity scorecard: pass rates by mode, dtype and architecture trait, why cases fail, the
-graph-break reasons, the ops that went to the host and who hit them, the slowest compiles, and
-every case with its worst tensor. Nothing is left out: a case without traits (it did not build)
-counts under "?"."""
+graph-break reasons, the ops that went to the host and who hit them, the slowest compiles, every
+case with its worst tensor, and the loss curves of the failing cases against the float64
+reference. Nothing is left out: a case without traits (it did not build) counts under "?"."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import cached_property
 
-from trainready.core.case import Result
+from trainready.core.case import FAILING, Result
 from trainready.report import fmt
-from trainready.report.blocks import STATUS, Block, Column, Stat, Stats, Table, num
+from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
+from trainready.report.charts import PALETTE, Axis, Panel, Point, Series, small_multiples
 from trainready.report.model import Report, RunView, finite, reason
 
 SUITE = "parity"
@@ -18,6 +22,10 @@ METRIC_GOALS = {"compile_s": "lower"}  # numerics are judged by status, not by t
 TRAITS = ("attention", "moe", "norm", "mlp", "position")
 TOP = 15
 MODELS_SHOWN = 6
+CURVES_SHOWN = 12  # failing cases whose loss curves are drawn; the rest are counted
+CURVE_IDS_NAMED = 5  # of the cases not drawn, how many are named
+REFERENCE_COLOR, TOLERANCE_COLOR = "#24292f", "#cf222e"
+_TINY = 1e-30  # as probes.numerics
 
 
 def _combo(r: Result) -> str:
@@ -86,7 +94,7 @@ def section(report: Report, suite: str) -> list[Block]:
             _slowest_compiles(results, prefix),
             _cases(results, prefix),
         ]
-    return blocks
+    return blocks + curves(report)
 
 
 def _rates(results: list[Result], prefix: str) -> Stats:
@@ -239,3 +247,225 @@ def _cases(results: list[Result], prefix: str) -> Table:
         Column("reason"),
     ]
     return Table(columns, rows, f"{prefix}Every parity case", drill_down=True)
+
+
+# -- Loss curves of failing cases --------------------------------------------------------------
+
+
+def _rel_dev(ref: float, dev: float) -> float:
+    # The suite's per-step deviation (probes.numerics._rel_dev), restated so that the report does
+    # not import torch; tests check that both give the same maximum.
+    if not math.isfinite(ref) or not math.isfinite(dev):
+        same = ref == dev or (math.isnan(ref) and math.isnan(dev))
+        return 0.0 if same else math.inf
+    return abs(dev - ref) / max(abs(ref), _TINY)
+
+
+@dataclass
+class _Curve:
+    """One run's loss curve of a case, as the suite stored it (diagnostics["curve"])."""
+
+    label: str  # the run's
+    color: str  # the run's, the same in every panel
+    result: Result
+    reference: list[float]
+    device: list[float]
+    rel_tol: float | None
+
+    @cached_property
+    def devs(self) -> list[float]:
+        # A step missing from either curve diverges there, as in the suite's verdict.
+        n = max(len(self.reference), len(self.device))
+        return [
+            _rel_dev(self.reference[i], self.device[i])
+            if i < len(self.reference) and i < len(self.device)
+            else math.inf
+            for i in range(n)
+        ]
+
+    @property
+    def worst(self) -> tuple[float, int]:
+        """(max relative deviation, its step)."""
+        devs = self.devs
+        i = max(range(len(devs)), key=devs.__getitem__, default=0)
+        return (devs[i] if devs else 0.0), i
+
+
+def _floats(values: object) -> list[float] | None:
+    if not isinstance(values, list):
+        return None
+    return [float(v) if isinstance(v, (int, float)) else math.nan for v in values]
+
+
+def _curve(r: Result | None, label: str, color: str) -> _Curve | None:
+    c = (r.diagnostics.get("curve") if r else None) or {}
+    ref, dev = _floats(c.get("reference")), _floats(c.get("device"))
+    if r is None or ref is None or dev is None or not (ref or dev):
+        return None  # did not train (fail_compile, crash...) or stored before curves were kept
+    tol = c.get("rel_tol")
+    return _Curve(label, color, r, ref, dev, float(tol) if finite(tol) else None)
+
+
+def _failing_curves(report: Report) -> list[tuple[str, list[_Curve]]]:
+    """Every case id failing in some run with a loss curve, each run's curve of it (passing runs
+    included, to overlay), numerics failures first, then by the largest deviation."""
+    colors = [PALETTE[i % len(PALETTE)] for i in range(len(report.runs))]
+    found = []
+    for cid, per_run in report.aligned(SUITE):
+        curves = [
+            c
+            for run, r, color in zip(report.runs, per_run, colors, strict=True)
+            if (c := _curve(r, run.label, color)) is not None
+        ]
+        failing = [c for c in curves if c.result.status in FAILING]
+        if failing:
+            numerics = any(c.result.status == "fail_numerics" for c in failing)
+            found.append(((not numerics, -max(c.worst[0] for c in failing), cid), cid, curves))
+    found.sort(key=lambda f: f[0])
+    return [(cid, curves) for _, cid, curves in found]
+
+
+def _references(curves: list[_Curve], split: bool) -> list[tuple[str, str, list[float]]]:
+    """(name, colour, values) of the reference curves to draw: one when the runs agree on it."""
+    if not split:
+        return [("float64 reference", REFERENCE_COLOR, curves[0].reference)]
+    return [(f"reference ({c.label})", c.color, c.reference) for c in curves]
+
+
+def curves(report: Report) -> list[Block]:
+    """Per failing case: the device's loss curve over the float64 reference (every run's, overlaid)
+    and the relative deviation per step against the tolerance. Nothing when no case fails."""
+    cases = _failing_curves(report)
+    if not cases:
+        return []
+    shown, rest = cases[:CURVES_SHOWN], cases[CURVES_SHOWN:]
+    # Runs that disagree on the float64 reference (other steps, other torch) get their own
+    # (compared as text: NaN equals NaN there).
+    split = any(len({repr(c.reference) for c in curves}) > 1 for _, curves in shown)
+    panels = []
+    for cid, curves in shown:
+        # Devices with the primary run last, then the reference's small dots on top of them: a
+        # dot inside each marker reads as agreement.
+        series = [Series(c.label, _loss_points(c), c.color, line=True) for c in curves[::-1]]
+        series += [
+            Series(
+                name,
+                [Point(i, v, f"{name}, step {i}: loss {v:.6g}") for i, v in enumerate(values)],
+                color,
+                "dot",
+                line=True,
+                dash=True,
+            )
+            for name, color, values in _references(curves, split)
+        ]
+        title = cid.removeprefix(f"{SUITE}/")  # the section says which suite; keep the room
+        panels.append(Panel(series, Axis("step"), Axis("loss"), title))
+        panels.append(_deviation_panel(curves, report.multi))
+    labels = list(dict.fromkeys(c.label for _, curves in shown for c in curves))
+    colors = {c.label: c.color for _, curves in shown for c in curves}
+    legend = [Series(f"device: {label}", [], colors[label], line=True) for label in labels]
+    refs = [(f"reference ({label})", colors[label]) for label in labels] if split else []
+    for name, color in refs or [("float64 reference", REFERENCE_COLOR)]:
+        legend.append(Series(name, [], color, "dot", line=True, dash=True))
+    legend.append(Series("tolerance", [], TOLERANCE_COLOR, "none", line=True, dash=True))
+    if any(math.inf in c.devs for _, curves in shown for c in curves):
+        legend.append(Series("loss not finite or missing", [], REFERENCE_COLOR, "triangle"))
+    caption = (
+        f"Loss curves of {len(shown)} failing parity case{'s' if len(shown) != 1 else ''} on the"
+        " device against the float64 CPU reference (left), and their relative deviation per step"
+        " against the suite's tolerance (right, log scale); numerics failures first, then the"
+        " largest deviation"
+    )
+    if rest:
+        named = ", ".join(cid for cid, _ in rest[:CURVE_IDS_NAMED])
+        caption += (
+            f". {len(rest)} more failing case{'s' if len(rest) != 1 else ''} not drawn: {named}"
+            + (", …" if len(rest) > CURVE_IDS_NAMED else "")
+        )
+    svg = small_multiples(panels, legend, columns=4, label="Loss curves of failing parity cases")
+    return [Chart(svg, caption), _worst_curve_table(*shown[0], split)]
+
+
+def _loss_points(c: _Curve) -> list[Point]:
+    devs = c.devs
+    return [
+        Point(
+            i,
+            v,
+            f"{c.label}, step {i}: loss {v:.6g}"
+            + (
+                f", reference {c.reference[i]:.6g}, rel dev {devs[i]:.3g}"
+                if i < len(c.reference)
+                else ""
+            ),
+        )
+        for i, v in enumerate(c.device)
+    ]
+
+
+def _deviation_panel(curves: list[_Curve], multi: bool) -> Panel:
+    tols = [c.rel_tol for c in curves if c.rel_tol is not None]
+    positive = [d for c in curves for d in c.devs if 0 < d < math.inf]
+    # A log axis has no place for 0 (identical losses) or infinity (a NaN or missing loss): 0 is
+    # drawn on the bottom edge, a decade below the rest, and infinity as a triangle on the top
+    # edge, a decade above, each saying so in its tooltip, rather than left out.
+    low, high = min(positive + tols, default=1.0), max(positive + tols, default=1.0)
+    floor = 10.0 ** (math.floor(math.log10(low)) - 1)
+    ceiling = 10.0 ** (math.ceil(math.log10(high)) + 1)
+    series = []
+    for c in curves:
+        tol = f" (tolerance {c.rel_tol:g})" if c.rel_tol is not None else ""
+        tips = [f"{c.label}, step {i}: rel dev {d:.3g}{tol}" for i, d in enumerate(c.devs)]
+        points = [
+            Point(i, d, tips[i])
+            if d > 0
+            else Point(i, floor, tips[i] + ", drawn on the bottom edge")
+            for i, d in enumerate(c.devs)
+            if d < math.inf
+        ]
+        series.append(Series(c.label, points, c.color, line=True))
+        lost = [
+            Point(i, ceiling, tips[i] + ": loss not finite or missing")
+            for i, d in enumerate(c.devs)
+            if d == math.inf
+        ]
+        if lost:
+            series.append(Series(f"{c.label} not finite", lost, c.color, "triangle"))
+    if tols:
+        last = max(len(c.devs) for c in curves) - 1
+        points = [Point(0, max(tols)), Point(max(last, 1), max(tols))]
+        series.append(Series("tolerance", points, TOLERANCE_COLOR, "none", line=True, dash=True))
+    worst = max(curves, key=lambda c: c.worst[0])
+    dev, step = worst.worst
+    title = f"max {dev:.2g} at step {step}" + (f" ({worst.label})" if multi else "")
+    return Panel(series, Axis("step"), Axis("relative deviation", log=True), title)
+
+
+def _worst_curve_table(cid: str, curves: list[_Curve], split: bool) -> Table:
+    """The first charted case's curves as numbers: what Markdown shows instead of the chart."""
+    refs = _references(curves, split)
+    columns = [num("step")]
+    columns += [num(name, _loss) for name, _, _ in refs]
+    for c in curves:
+        columns += [num(f"{c.label} loss", _loss), num(f"{c.label} rel dev", _dev)]
+    rows = []
+    for i in range(max(len(v) for c in curves for v in (c.reference, c.device))):
+        row: list = [i, *(_at(values, i) for _, _, values in refs)]
+        for c in curves:
+            devs = c.devs
+            row += [_at(c.device, i), _at(devs, i)]
+        rows.append(row)
+    caption = f"Loss curve of the worst failing parity case, {cid}, against the float64 reference"
+    return Table(columns, rows, caption)
+
+
+def _at(values: list[float], i: int) -> float | None:
+    return values[i] if i < len(values) else None
+
+
+def _loss(v: float) -> str:
+    return f"{v:.6g}"  # enough digits to see a deviation of 1e-4
+
+
+def _dev(v: float) -> str:
+    return f"{v:.2e}"
