@@ -330,7 +330,7 @@ def _check(subject: Subject, ref: Trace, dev: Trace, low: Trace | None, dtype: s
 # judged against, so its own loss, logits and gradients have nothing independent to be judged by:
 # the reference rounded to the dtype is the error of one rounding, and a network compounds
 # hundreds (measured on this CPU in bf16: 181 of 211 clean models over the rmse rule's bound,
-# median 2x, up to 280x where MoE routing flips). Those errors are reported, not judged; what still fails
+# median 2.4x, up to 280x where MoE routing flips). Those errors are reported, not judged; what still fails
 # the case is a shape or non-finite mismatch, a wrong optimizer step, and the loss curve leaving
 # the float64 reference.
 REPORTED_RULE = "reported_vs_rounded"
