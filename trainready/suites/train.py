@@ -39,7 +39,7 @@ order above, cold included when any other is). `--compile-backend`, `--nproc` an
 apply too. Presets: quick runs the configuration; standard adds the same with activation
 checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
 
-`--profile` (option `profile`): in each mode the scenario whose speed the headline uses (warm,
+`--profile` (option `profile`, `train_profile.py`): in each mode the scenario whose speed the headline uses (warm,
 else cold) runs `extra_steps` more steps after its timed ones, recorded by torch.profiler
 (`trainready.profile.capture.profile_after`: until the timed steps are done its hook only counts,
 so they, the first step and the peak memory are measured as without profiling, and the record
@@ -51,7 +51,7 @@ its timed steps, the scenario is measured again without profiling (cold with a f
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import os
@@ -72,11 +72,10 @@ from trainready.device import compile_cache_env, device_type
 from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.timing import TimingStats
-from trainready.profile import capture
+from trainready.suites import train_profile
 from trainready.training import TrainSpec
 
 NAME = "train"
-MODULE = "trainready.suites.train"  # also the profiled training's entry point (profiled_main)
 DEFAULT_DTYPE = "bf16"
 DEFAULT_BUDGET_S = 3600.0
 
@@ -92,10 +91,6 @@ ARCH_CHANGES: dict[str, tuple[str, Any, Any]] = {
 PARITY_REL_TOL = {"fp32": 1e-3, "bf16": 2e-2}
 LOG_TAIL_CHARS = 3000
 
-# --profile: steps recorded after the timed ones, and the profiler's warm-up before them.
-PROFILE_STEPS = 3
-PROFILE_WARMUP = 1
-PROFILE_STARTED = "profile_started.json"  # the child's note: timed steps done, profiler starting
 
 _CPU_DEFAULTS = {"model": "debug", "seq_len": 64, "batch_size": 4, "steps": 8, "warmup": 2}
 _ACCEL_DEFAULTS = {"model": "1.7B", "seq_len": 4096, "batch_size": 2, "steps": 30, "warmup": 5}
@@ -279,7 +274,7 @@ def run_single(
     profile: dict[str, Any] | None = None,
 ) -> Scenario:
     """`python -m trainready.training` in a fresh interpreter with `env` added; with `profile`
-    (see `profile_plan`), `python -m trainready.suites.train` (`profiled_main`) instead."""
+    (see `train_profile.profile_plan`), `python -m trainready.suites.train_profile` instead."""
     work.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = work / "spec.json", work / "result.json", work / "output.log"
     spec_path.write_text(json.dumps(spec.to_json()))
@@ -287,7 +282,8 @@ def run_single(
     if profile is not None:
         plan_path = work / "profile.json"
         plan_path.write_text(json.dumps(profile))
-        cmd = [sys.executable, "-m", MODULE, str(spec_path), str(out_path), str(plan_path)]
+        cmd = [sys.executable, "-m", train_profile.MODULE, str(spec_path), str(out_path)]
+        cmd.append(str(plan_path))
     s = Scenario("", "")
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -356,7 +352,8 @@ def run_ranks(
     t0 = time.perf_counter()
     target, args = "trainready.training:rank_train", {"spec": spec.to_json()}
     if profile is not None:
-        target, args = f"{MODULE}:rank_train_profiled", {**args, "profile": profile}
+        target = f"{train_profile.MODULE}:rank_train_profiled"
+        args = {**args, "profile": profile}
     try:
         res = launch(
             target,
@@ -403,6 +400,11 @@ def _run(
     return run_single(spec, env, work, left, profile)
 
 
+def _run_as_profiled(p, env, work, deadline, spec, profile) -> Scenario:  # noqa: ANN001
+    """`_run` in the argument order `train_profile.Run` calls it: (spec, profile plan)."""
+    return _run(p, spec, env, work, deadline, profile)
+
+
 def profiled_scenario(p: dict[str, Any]) -> str | None:
     """The scenario --profile captures in each mode: the one the headline speed comes from."""
     if not p.get("profile"):
@@ -425,160 +427,15 @@ def run_mode(p: dict[str, Any], ctx: CaseContext, mode: str, root: Path, deadlin
         work = root / mode / name
         with ctx.phase(f"{mode}/{name}"):
             if name == profiled_scenario(p):
-                s = run_profiled(p, ctx, spec, env, work, deadline, (mode, name))
+                s = train_profile.run_profiled(
+                    functools.partial(_run_as_profiled, p, env, work, deadline),
+                    ctx, spec, env, work, (mode, name), p["dtype"],
+                )  # fmt: skip
             else:
                 s = _run(p, spec, env, work, deadline)
         s.mode, s.name, s.spec = mode, name, spec.to_json()
         out.append(s)
     return out
-
-
-# --- --profile: extra steps after the timed ones, captured ------------------------------------------
-
-
-def profile_plan(out_dir: Path, spec: TrainSpec, started: Path, scenario: str) -> dict[str, Any]:
-    """What the child needs: where the capture goes, how many steps are timed (the profiler
-    starts after them), where to note that they are done, and what the metadata should say."""
-    return {
-        "dir": str(out_dir),
-        "after": spec.steps,
-        "started": str(started),
-        "metadata": {"suite": NAME, "scenario": scenario, "timed_spec": spec.to_json()},
-    }
-
-
-def run_profiled(
-    p: dict[str, Any],
-    ctx: CaseContext,
-    spec: TrainSpec,
-    env: dict[str, str],
-    work: Path,
-    deadline: float,
-    scenario: tuple[str, str],
-) -> Scenario:
-    """The scenario (mode, name), with `capture.extra_steps` more steps profiled after its timed
-    ones into ARTIFACTS/MODE-NAME/; `.profile` says what was captured, or why nothing was."""
-    try:
-        out_dir = ctx.artifacts() / "-".join(scenario)
-    except OSError as e:
-        s = _run(p, spec, env, work, deadline)
-        s.profile = {"error": f"not captured: {e}"}
-        return s
-    work.mkdir(parents=True, exist_ok=True)
-    started = work / PROFILE_STARTED
-    extra = capture.extra_steps(PROFILE_STEPS, PROFILE_WARMUP)
-    longer = dataclasses.replace(spec, steps=spec.steps + extra)
-    plan = profile_plan(out_dir, spec, started, "/".join(scenario))
-    s = _run(p, longer, env, work, deadline, plan)
-    if s.record is None and started.exists():
-        # The timed steps were done: profiling, not the scenario, failed. Measure it again
-        # without (cold from an empty cache again: the failed run filled it).
-        error = f"the profiled process failed after its timed steps ({s.status}: {s.error})"
-        if scenario[1] == "cold":
-            for path in env.values():
-                shutil.rmtree(path, ignore_errors=True)
-        s = _run(p, spec, env, work, deadline)
-        s.profile = {**capture_files(ctx, out_dir), "error": error + "; measured again without"}
-        return s
-    s.profile = describe_capture(ctx, out_dir, ctx.peak(p["dtype"]))
-    return s
-
-
-def capture_files(ctx: CaseContext, out_dir: Path) -> dict[str, Any]:
-    """The capture's files that exist, relative to the run directory."""
-    files = {"trace": out_dir / capture.TRACE_NAME, "metadata": out_dir / capture.METADATA_NAME}
-    return {k: ctx.run_relative(path) for k, path in files.items() if path.exists()}
-
-
-def describe_capture(
-    ctx: CaseContext, out_dir: Path, peak: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Files, what the metadata says of the schedule, and a short analysis of the trace."""
-    info = capture_files(ctx, out_dir)
-    meta: dict[str, Any] = {}
-    if "metadata" in info:
-        meta = json.loads((out_dir / capture.METADATA_NAME).read_text())
-        info["steps"] = meta.get("active_steps_recorded")
-        info["complete"] = meta.get("complete")
-    if meta.get("error"):
-        info["error"] = f"capture failed: {meta['error']}"
-    if "trace" not in info:
-        info.setdefault("error", "no trace written")
-        return info
-    try:
-        info["summary"] = capture.trace_brief(
-            out_dir / capture.TRACE_NAME, peak_flops=(peak or {}).get("flops")
-        )
-    except Exception as e:  # noqa: BLE001 - the trace stays for `trainready analyze`
-        info["summary_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-    return info
-
-
-def timed_record(record: dict[str, Any], timed_steps: int, memory: dict[str, Any] | None):
-    """A profiled run's record cut back to its timed steps, with the peak memory they reached."""
-    out = dict(record)
-    out["step_times_s"] = record["step_times_s"][: timed_steps - 1]
-    out["losses"] = record["losses"][:timed_steps]
-    out["finite"] = all(math.isfinite(x) for x in out["losses"])
-    if memory and memory.get("peak_allocated") is not None:
-        out["peak_memory_bytes"] = memory["peak_allocated"]
-    return out
-
-
-def _profiled_train(plan: dict[str, Any], device: str, profiled: bool, train_fn):
-    """Run `train_fn()` (the longer spec) with its steps after plan["after"] profiled (when
-    `profiled`), noting the timed steps' memory as the profiler starts; returns (what train_fn
-    returned, that memory)."""
-    from trainready.device import memory_stats
-
-    memory: dict[str, Any] = {}
-    if not profiled:
-        return train_fn(), memory
-
-    def on_start() -> None:
-        memory.update(memory_stats(device) or {})
-        Path(plan["started"]).write_text(json.dumps(memory))
-
-    with capture.profile_after(
-        plan["dir"],
-        after=plan["after"],
-        steps=PROFILE_STEPS,
-        warmup=PROFILE_WARMUP,
-        on_start=on_start,
-        device=device,
-        metadata=plan.get("metadata"),
-    ):
-        value = train_fn()
-    return value, memory
-
-
-def profiled_main(argv: list[str]) -> int:
-    """python -m trainready.suites.train SPEC.json OUT.json PROFILE.json: what `python -m
-    trainready.training SPEC.json OUT.json` does, with the steps after the timed ones profiled;
-    OUT.json keeps what the timed steps measured."""
-    from trainready import training
-
-    spec_path, out_path, plan_path = (Path(a) for a in argv)
-    plan = json.loads(plan_path.read_text())
-    device = json.loads(spec_path.read_text())["device"]
-    code, memory = _profiled_train(
-        plan, device, True, lambda: training.main([str(spec_path), str(out_path)])
-    )
-    if code == 0:
-        record = json.loads(out_path.read_text())
-        out_path.write_text(json.dumps(timed_record(record, plan["after"], memory)))
-    return code
-
-
-def rank_train_profiled(env: Any, spec: dict[str, Any], profile: dict[str, Any]) -> dict:
-    """`trainready.launch` target: `training.rank_train` with the steps after the timed ones
-    profiled on rank 0 (every rank runs them: FSDP's collectives need all ranks)."""
-    from trainready.training import rank_train
-
-    record, memory = _profiled_train(
-        profile, env.device, env.rank == 0, lambda: rank_train(env, spec)
-    )
-    return timed_record(record, profile["after"], memory)
 
 
 # --- judging and summarising ------------------------------------------------------------------------
@@ -756,7 +613,3 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return judge(p, runs, ctx.peak(p["dtype"]))
-
-
-if __name__ == "__main__":
-    sys.exit(profiled_main(sys.argv[1:]))
