@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import cli
 from trainready.config import ConfigError
 from trainready.ledger import Mode, break_even_step, ledger, parse_mode, parse_steps, to_json
 
@@ -91,13 +91,7 @@ def test_mode_name_may_contain_colons():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainready", "ledger", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli("ledger", *args, timeout=120)
 
 
 def test_cli_json_and_text():

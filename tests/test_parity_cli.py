@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.clirun import cli
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainready", *args],
-        cwd=ROOT,  # so workers can import tests.parity_faults
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def _results(out: Path, run_id: str) -> dict[str, tuple[str, dict]]:

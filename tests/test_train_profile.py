@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.clirun import cli
 from trainready.core.context import CaseContext, artifacts_name, prepare_artifacts
 from trainready.core.store import Store
 from trainready.profile import analysis as A
@@ -115,13 +115,7 @@ def test_a_profiled_record_keeps_the_timed_steps_and_the_metrics_keep_their_kind
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainready", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return cli(*args, cwd=cwd, timeout=600)
 
 
 @pytest.fixture(scope="module")

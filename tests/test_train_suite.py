@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import cli
 from trainready.config import ConfigError, RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.store import Store
@@ -164,13 +164,7 @@ def test_combine_ranks_takes_the_slowest_rank_and_the_mean_loss():
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainready", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    return cli(*args, cwd=cwd, timeout=1800)
 
 
 @pytest.mark.slow
