@@ -6,17 +6,16 @@ Set TRAINREADY_REPORT_SCREENSHOT=docs/report.png to save a screenshot."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS
-from trainready import api
 from trainready.cli import app
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
-from trainready.report import write_reports
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)"
@@ -26,16 +25,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("scorecard")
-    summary = api.run(["matmul"], device="cpu", out=out, filter="matmul/Qwen3-8B/*")
-    with Store(out) as store:
-        paths = write_reports(store, [summary.run_id], out / "report", ["html"])
-    return paths["html"]
-
-
-def test_scorecard_in_a_real_browser(report_html):
+@contextlib.contextmanager
+def opened(html: Path):
+    """(page, console errors, requested URLs) of `html` in headless Chromium, closed after."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -45,41 +37,45 @@ def test_scorecard_in_a_real_browser(report_html):
             page.on("pageerror", lambda e: errors.append(str(e)))
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
-            page.goto(report_html.as_uri())
+            page.goto(html.as_uri())
             page.wait_for_load_state("load")
-
-            assert errors == []
-            assert all(u.startswith("file://") for u in requests)  # nothing fetched from anywhere
-            # The MFU chart: one marker per passing case (4 Qwen3-8B shapes), drawn with a size.
-            chart = page.locator("#suite-matmul svg").first
-            box = chart.bounding_box()
-            assert box and box["width"] > 300 and box["height"] > 200
-            assert chart.locator("circle, path[d], rect").count() >= 4
-
-            # The drill-down of all cases: filter by text, then by status, then sort.
-            drill = page.locator("#suite-matmul .drill").last
-            count = drill.locator(".count")
-            assert count.inner_text() == "4 of 4 rows"
-            drill.locator("input").fill("gate_proj")
-            assert count.inner_text() == "2 of 4 rows"
-            visible = drill.locator("tbody tr:not([hidden])")
-            assert all("gate_proj" in t for t in visible.all_inner_texts())
-            drill.locator("input").fill("")
-            drill.locator("select").select_option("pass")
-            assert count.inner_text() == "4 of 4 rows"
-            header = drill.locator("thead th").first
-            header.click()
-            ids = [r.split("\t")[0] for r in drill.locator("tbody tr").all_inner_texts()]
-            assert ids == sorted(ids)
-            header.click()
-            ids = [r.split("\t")[0] for r in drill.locator("tbody tr").all_inner_texts()]
-            assert ids == sorted(ids, reverse=True)
-
-            shot = os.environ.get("TRAINREADY_REPORT_SCREENSHOT")
-            if shot:
-                page.screenshot(path=shot, full_page=False)
+            yield page, errors, requests
         finally:
             browser.close()
+
+
+def test_scorecard_in_a_real_browser(scorecard_html):
+    with opened(scorecard_html) as (page, errors, requests):
+        assert errors == []
+        assert all(u.startswith("file://") for u in requests)  # nothing fetched from anywhere
+        # The MFU chart: one marker per passing case (4 Qwen3-8B shapes), drawn with a size.
+        chart = page.locator("#suite-matmul svg").first
+        box = chart.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 200
+        assert chart.locator("circle, path[d], rect").count() >= 4
+
+        # The drill-down of all cases: filter by text, then by status, then sort.
+        drill = page.locator("#suite-matmul .drill").last
+        count = drill.locator(".count")
+        assert count.inner_text() == "4 of 4 rows"
+        drill.locator("input").fill("gate_proj")
+        assert count.inner_text() == "2 of 4 rows"
+        visible = drill.locator("tbody tr:not([hidden])")
+        assert all("gate_proj" in t for t in visible.all_inner_texts())
+        drill.locator("input").fill("")
+        drill.locator("select").select_option("pass")
+        assert count.inner_text() == "4 of 4 rows"
+        header = drill.locator("thead th").first
+        header.click()
+        ids = [r.split("\t")[0] for r in drill.locator("tbody tr").all_inner_texts()]
+        assert ids == sorted(ids)
+        header.click()
+        ids = [r.split("\t")[0] for r in drill.locator("tbody tr").all_inner_texts()]
+        assert ids == sorted(ids, reverse=True)
+
+        shot = os.environ.get("TRAINREADY_REPORT_SCREENSHOT")
+        if shot:
+            page.screenshot(path=shot, full_page=False)
 
 
 # Two hand-made runs with planted differences: a parity case that passes on the reference and
@@ -125,60 +121,50 @@ def comparison_html(tmp_path_factory) -> Path:
 
 
 def test_comparison_in_a_real_browser(comparison_html):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1800})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(comparison_html.as_uri())
-            page.wait_for_load_state("load")
-            assert errors == []
+    with opened(comparison_html) as (page, errors, _):
+        assert errors == []
 
-            # What newly fails, named where a reader looks first.
-            newly = page.locator("#compare-B200 table", has_text="Newly failing")
-            assert newly.is_visible()
-            row = newly.locator("tbody tr")
-            assert row.count() == 1
-            assert row.inner_text().split("\t")[:3] == [LLAMA.id, "pass", "fail_numerics"]
-            assert "loss curve diverges" in row.inner_text()
-            # Filtering the changes by status looks at every run's: the primary's fail_numerics
-            # (the second status column) is found too.
-            changes = page.locator("#compare-B200 .drill", has_text="All status changes")
-            changes.locator("select").select_option("fail_numerics")
-            assert changes.locator(".count").inner_text() == "1 of 1 rows"
-            changes.locator("select").select_option("pass")
-            assert changes.locator(".count").inner_text() == "1 of 1 rows"
+        # What newly fails, named where a reader looks first.
+        newly = page.locator("#compare-B200 table", has_text="Newly failing")
+        assert newly.is_visible()
+        row = newly.locator("tbody tr")
+        assert row.count() == 1
+        assert row.inner_text().split("\t")[:3] == [LLAMA.id, "pass", "fail_numerics"]
+        assert "loss curve diverges" in row.inner_text()
+        # Filtering the changes by status looks at every run's: the primary's fail_numerics
+        # (the second status column) is found too.
+        changes = page.locator("#compare-B200 .drill", has_text="All status changes")
+        changes.locator("select").select_option("fail_numerics")
+        assert changes.locator(".count").inner_text() == "1 of 1 rows"
+        changes.locator("select").select_option("pass")
+        assert changes.locator(".count").inner_text() == "1 of 1 rows"
 
-            # Side by side: both runs' values of the aligned case, and their ratio.
-            side = page.locator("#suite-matmul .drill", has_text="matmul side by side")
-            head = side.locator("thead th").all_inner_texts()
-            assert head == [
-                "case", "H200", "B200", "tflops H200", "tflops B200", "tflops ratio vs B200"
-            ]  # fmt: skip
-            cells = side.locator("tbody tr").first.locator("td").all_inner_texts()
-            assert cells == [MATMUL.id, "pass", "pass", "450.0", "300.0", "1.5×"]
-            assert side.locator(".count").inner_text() == "1 of 1 rows"
+        # Side by side: both runs' values of the aligned case, and their ratio.
+        side = page.locator("#suite-matmul .drill", has_text="matmul side by side")
+        head = side.locator("thead th").all_inner_texts()
+        assert head == [
+            "case", "H200", "B200", "tflops H200", "tflops B200", "tflops ratio vs B200"
+        ]  # fmt: skip
+        cells = side.locator("tbody tr").first.locator("td").all_inner_texts()
+        assert cells == [MATMUL.id, "pass", "pass", "450.0", "300.0", "1.5×"]
+        assert side.locator(".count").inner_text() == "1 of 1 rows"
 
-            # The parity case that fails on one run: both runs' curves in its panel, drawn.
-            chart = page.locator("#suite-parity figure", has_text="Loss curves of")
-            assert chart.is_visible()
-            box = chart.locator("svg").bounding_box()
-            assert box and box["width"] > 500 and box["height"] > 200
-            panel = chart.locator("g.panel", has_text=LLAMA.name)  # titled without "parity/"
-            names = [g.get_attribute("data-name") for g in panel.locator("g.series").all()]
-            assert names == ["B200", "H200", "float64 reference"]
-            for name in names:
-                line = panel.locator(f'g.series[data-name="{name}"] polyline')
-                assert line.bounding_box()["width"] > 100  # rendered across the plot
+        # The parity case that fails on one run: both runs' curves in its panel, drawn.
+        chart = page.locator("#suite-parity figure", has_text="Loss curves of")
+        assert chart.is_visible()
+        box = chart.locator("svg").bounding_box()
+        assert box and box["width"] > 500 and box["height"] > 200
+        panel = chart.locator("g.panel", has_text=LLAMA.name)  # titled without "parity/"
+        names = [g.get_attribute("data-name") for g in panel.locator("g.series").all()]
+        assert names == ["B200", "H200", "float64 reference"]
+        for name in names:
+            line = panel.locator(f'g.series[data-name="{name}"] polyline')
+            assert line.bounding_box()["width"] > 100  # rendered across the plot
 
-            # Sorted by deviation, worst first: the infinite one leads (it is no blank).
-            cases = page.locator("#suite-parity .drill", has_text="H200: Every parity case")
-            header = cases.locator("thead th", has_text="curve max rel dev")
-            header.click()
-            header.click()
-            first = cases.locator("tbody tr").first.inner_text()
-            assert "mixtral" in first and "inf" in first
-        finally:
-            browser.close()
+        # Sorted by deviation, worst first: the infinite one leads (it is no blank).
+        cases = page.locator("#suite-parity .drill", has_text="H200: Every parity case")
+        header = cases.locator("thead th", has_text="curve max rel dev")
+        header.click()
+        header.click()
+        first = cases.locator("tbody tr").first.inner_text()
+        assert "mixtral" in first and "inf" in first

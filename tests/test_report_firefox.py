@@ -12,10 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from trainready import api
-from trainready.core.store import Store
-from trainready.report import write_reports
-
 pytest.importorskip("websockets", reason="needs websockets (pip install websockets)")
 from tests.firefox_bidi import FIREFOX, Firefox  # noqa: E402
 
@@ -37,26 +33,16 @@ CENTER = f"""s => {{
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> Path:
-    """The same small real run as the Chromium test: matmul on the CPU, Qwen3-8B's 4 shapes."""
-    out = tmp_path_factory.mktemp("scorecard")
-    summary = api.run(["matmul"], device="cpu", out=out, filter="matmul/Qwen3-8B/*")
-    with Store(out) as store:
-        paths = write_reports(store, [summary.run_id], out / "report", ["html"])
-    return paths["html"]
-
-
-@pytest.fixture(scope="module")
-def page(report_html):
+def page(scorecard_html):
     with Firefox() as firefox:
         pg = firefox.new_page(1300, 1800)
-        pg.goto(report_html.as_uri())
+        pg.goto(scorecard_html.as_uri())
         yield pg
 
 
-def test_opens_offline_without_errors(page, report_html):
+def test_opens_offline_without_errors(page, scorecard_html):
     assert page.evaluate("() => document.readyState") == "complete"
-    assert page.evaluate("() => location.href") == report_html.as_uri()
+    assert page.evaluate("() => location.href") == scorecard_html.as_uri()
     assert page.errors() == []
     # nothing fetched from anywhere (Firefox reports http(s) requests, not the file:// page)
     assert page.requests() == []

@@ -1,0 +1,21 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def scorecard_html(tmp_path_factory) -> Path:
+    """The HTML scorecard of a small real run (matmul on the CPU, Qwen3-8B's 4 shapes), built
+    once for the browser tests of every browser."""
+    from trainready import api
+    from trainready.core.store import Store
+    from trainready.report import write_reports
+
+    out = tmp_path_factory.mktemp("scorecard")
+    summary = api.run(["matmul"], device="cpu", out=out, filter="matmul/Qwen3-8B/*")
+    with Store(out) as store:
+        return write_reports(store, [summary.run_id], out / "report", ["html"])["html"]
