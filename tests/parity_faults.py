@@ -83,6 +83,14 @@ class CrashWhenCompiled(TinyLM):
         return self.head(self.norm(h + self.mlp(h)))
 
 
+class NanInFloat64(TinyLM):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        if h.dtype == torch.float64:  # e.g. a float32-only constant overflowing in float64 code
+            h = h * float("nan")
+        return self.head(self.norm(h + self.mlp(h)))
+
+
 def clean(seed: int) -> nn.Module:
     return TinyLM(seed)
 
@@ -101,3 +109,7 @@ def cpu_round_trip(seed: int) -> nn.Module:
 
 def crash_when_compiled(seed: int) -> nn.Module:
     return CrashWhenCompiled(seed)
+
+
+def nan_in_float64(seed: int) -> nn.Module:
+    return NanInFloat64(seed)

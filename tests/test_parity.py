@@ -75,6 +75,12 @@ def test_cpu_fp32_eager_still_judges_every_tensor():
     assert _run("wrong_backward").status == "fail_numerics"  # the fp32 rule is unchanged
 
 
+def test_a_float64_reference_that_is_not_finite_is_unsupported_not_blamed_on_the_device():
+    out = _run("nan_in_float64")
+    assert out.status == "unsupported"
+    assert out.diagnostics["reason"].startswith("no float64 CPU reference: its loss is nan at step 0")
+
+
 def test_cpu_round_trip_is_reported_with_the_op_and_line():
     out = _run("cpu_round_trip")
     calls = out.diagnostics["ops"]["host_calls"]

@@ -351,6 +351,12 @@ def _nested(key: str, **kw: Any) -> Callable[[dict[str, Any]], None]:
     return apply
 
 
+def _blt(d: dict[str, Any]) -> None:
+    for key in ("encoder_config", "decoder_config"):
+        d[key] = {**d[key], "hidden_size_global": d["global_config"]["hidden_size"]}
+    d["encoder_hash_byte_group_vocab"] = 512
+
+
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # Default configs that leave a size None which the modeling code needs (transformers 5.x).
     "hunyuan_v1_dense": _set(head_dim=HEAD_DIM),
@@ -383,9 +389,17 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
         attention_hidden_size=2 * HIDDEN,
         attention_head_dim=2 * HIDDEN // HEADS,
     ),
+    # Its config keeps the default's hybrid layer ids (6, 12, ...) as given rather than deriving
+    # them from the shrunk layer types: name the one hybrid layer.
     "zamba2": _set(
-        attention_hidden_size=2 * HIDDEN, attention_head_dim=2 * HIDDEN // HEADS, kv_channels=16
+        attention_hidden_size=2 * HIDDEN,
+        attention_head_dim=2 * HIDDEN // HEADS,
+        kv_channels=16,
+        hybrid_layer_ids=[1],
     ),
+    # Byte-level patches: the local encoder and decoder project to the global model's width, and
+    # the hash-n-gram embedding (500k rows by default) is shrunk like a vocabulary.
+    "blt": _blt,
     # Hierarchical reasoning loops: one cycle of each level is enough to exercise them.
     "hrm_text": _set(H_cycles=1, L_cycles=1),
     "reformer": _set(

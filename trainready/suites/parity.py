@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -206,15 +207,26 @@ def _ops_json(report) -> dict[str, Any]:
 
 def _reference(subject: Subject, data: Data, steps: int):
     """The float64 CPU run. A model that runs in float32 but not in float64 (it hard-codes a
-    float32 tensor somewhere) has no reference here: `unsupported`, with the error."""
+    float32 tensor somewhere, or its float64 path overflows to NaN) has no reference here:
+    `unsupported`, with the error -- nothing a device does could be judged against it."""
     try:
-        return train(subject.model, data, Spec("cpu", "fp64", steps))
+        ref = train(subject.model, data, Spec("cpu", "fp64", steps))
     except Exception as e:
         if is_oom(e):
             raise
         train(subject.model, data, Spec("cpu", "fp32", 1))  # raises if the model is just broken
         text = " ".join(str(e).split())[:300]
         raise Unsupported(f"no float64 CPU reference: {type(e).__name__}: {text}") from None
+    if all(math.isfinite(x) for x in ref.curve):
+        return ref
+    fp32 = train(subject.model, data, Spec("cpu", "fp32", 1))
+    if not math.isfinite(fp32.curve[0]):
+        raise RuntimeError("the loss is not finite in float32 or in float64 on the CPU")
+    step = next(i for i, x in enumerate(ref.curve) if not math.isfinite(x))
+    raise Unsupported(
+        f"no float64 CPU reference: its loss is {ref.curve[step]} at step {step} while float32 "
+        "on the CPU is finite (the model's float64 path)"
+    )
 
 
 @contextlib.contextmanager
