@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _own_trace_cache(tmp_path, monkeypatch):
+    """Parsed traces cached under each test's own directory, never the user's
+    (~/.cache/trainready/traces), so no test sees another's entries."""
+    monkeypatch.setenv("TRAINREADY_CACHE_DIR", str(tmp_path / "parsed"))
+
+
 @pytest.fixture(scope="session")
 def scorecard_html(tmp_path_factory) -> Path:
     """The HTML scorecard of a small real run (matmul on the CPU, Qwen3-8B's 4 shapes), built

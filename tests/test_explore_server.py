@@ -250,3 +250,18 @@ def test_gzip_bomb_is_refused_within_bounded_memory(serve, team_dir):
     assert status == 422 and "refused" in reply["error"]
     assert peak < 256 * MiB, f"peak {peak / MiB:.0f} MiB while refusing a gzip bomb"
     assert sorted(p.name for p in team_dir.iterdir()) == [SMALL]
+
+
+def test_reopening_a_trace_reads_the_parsed_cache(tmp_path, monkeypatch):
+    from trainready.profile import cache as C
+
+    Library(files=[TRACES / ALEXNET]).get(ALEXNET)  # parses and stores the columns
+    assert len(list((tmp_path / "parsed").glob("*.npz"))) == 1
+
+    def no_parse(*a, **k):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(C, "load_trace", no_parse)
+    loaded = Library(files=[TRACES / ALEXNET]).get(ALEXNET)  # a new server: from the cache
+    assert len(loaded.trace) == len(load_trace(TRACES / ALEXNET))
+    assert Library(files=[TRACES / ALEXNET], parsed_cache=False).parsed is None

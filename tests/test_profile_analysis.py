@@ -151,3 +151,20 @@ def test_interval_helpers():
     assert intervals.intersection_total(a, b) == 10
     assert intervals.sweep([a, b]) == {1: 10, 3: 10, 2: 40}
     assert intervals.sweep([]) == {} and intervals.total(s[:0], e[:0]) == 0
+
+
+def test_enclosing_matches_a_step_back_search():
+    """The innermost-enclosing lookup (source lines, fwdbwd ends) against the plain search it
+    replaces: the last interval by start with start <= t <= end."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        starts = np.sort(rng.integers(0, 100, n))
+        ends = starts + rng.integers(0, 50, n)
+        at = rng.integers(-5, 160, 25)
+        got = intervals.enclosing(starts, ends, at)
+        for t, g in zip(at.tolist(), got.tolist(), strict=True):
+            k = int(np.searchsorted(starts, t, side="right")) - 1
+            while k >= 0 and ends[k] < t:
+                k -= 1
+            assert g == k

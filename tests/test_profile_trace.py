@@ -190,3 +190,105 @@ def test_missing_paths(tmp_path):
         load(tmp_path / "nope.json")
     with pytest.raises(TraceError, match="no .json"):
         load(tmp_path)
+
+
+def test_begin_end_slices_keep_their_place_among_complete_ones(tmp_path):
+    events = [
+        cpu("first", 0, 1),
+        {"ph": "B", "name": "pair", "cat": "cpu_op", "pid": PID, "tid": TID, "ts": 2},
+        cpu("second", 3, 1),
+        {"ph": "E", "pid": PID, "tid": TID, "ts": 5, "args": {"External id": 4}},
+        cpu("third", 6, 1),
+    ]
+    t = load_trace(write(tmp_path / "t.json", document(events)))
+    assert t.names() == ["first", "second", "pair", "third"]
+    assert t.external_id.tolist() == [-1, -1, 4, -1] and t.dur[2] == 3000
+
+
+def test_odd_field_types_are_read_leniently(tmp_path):
+    events = [cpu("a", 0, 1, **{"External id": 1}) for _ in range(50)]
+    events[7]["args"] = ["not", "an", "object"]  # dropped, as a missing args would be
+    events[9]["ts"] = "1.5e1"  # exponent notation: exact through the slow path
+    events[11]["args"]["External id"] = "12"  # an id written as text
+    t = load_trace(write(tmp_path / "t.json", document(events)))
+    assert len(t) == 50 and t.external_id[7] == -1 and t.external_id[11] == 12
+    assert t.ts[9] == 15000
+
+
+def _cache(tmp_path, **kw):
+    from trainready.profile.cache import TraceCache
+
+    return TraceCache(tmp_path / "cache", **kw)
+
+
+def test_cache_hit_gives_the_same_trace_without_parsing(tmp_path, monkeypatch):
+    from trainready.profile import cache as C
+
+    src = DATA / "critical_path__cuda_event_sync__event_sync_trace.json.gz"
+    path = tmp_path / src.name
+    path.write_bytes(src.read_bytes())
+    cache = _cache(tmp_path)
+    first = cache.load(path)
+    assert len(list(cache.directory.glob("*.npz"))) == 1
+
+    def no_parse(*a, **k):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(C, "load_trace", no_parse)
+    again = cache.load(path)
+    for col in ("ts", "dur", "name", "kind", "track", "correlation", "input_dims", "grid"):
+        assert np.array_equal(getattr(first, col), getattr(again, col)), col
+    assert again.strings == first.strings and again.tracks == first.tracks
+    assert again.meta == first.meta and again.rank == first.rank
+    assert np.array_equal(again.flows.ts, first.flows.ts)
+    assert again.event(3) == first.event(3)
+
+
+def test_cache_misses_when_the_file_changes(tmp_path):
+    path = write(tmp_path / "t.json", document([cpu("old", 0, 1)]))
+    cache = _cache(tmp_path)
+    assert cache.load(path).names() == ["old"]
+    write(path, document([cpu("new", 0, 1), cpu("more", 1, 1)]))
+    assert cache.load(path).names() == ["new", "more"]
+
+
+def test_corrupt_cache_entry_is_ignored_and_replaced(tmp_path):
+    path = write(tmp_path / "t.json", document([cpu("a", 0, 1)]))
+    cache = _cache(tmp_path)
+    cache.load(path)
+    entry = cache.entry(path)
+    entry.write_bytes(b"PK\x03\x04 not really a zip")
+    assert cache.load(path).names() == ["a"]
+    assert cache.load(path).names() == ["a"] and entry.stat().st_size > 100
+
+
+def test_cache_reapplies_the_limits_and_stays_bounded(tmp_path):
+    path = write(tmp_path / "t.json", document([cpu("a", 0, 1)] * 1000))
+    cache = _cache(tmp_path, max_bytes=1)
+    cache.load(path)
+    assert not list(cache.directory.glob("*.npz"))  # over the bound: trimmed away
+    cache = _cache(tmp_path)
+    cache.load(path)
+    with pytest.raises(TraceError, match="more than"):
+        cache.load(path, max_bytes=10_000)  # a hit never admits what parsing would refuse
+
+
+def test_cache_can_be_turned_off(tmp_path, monkeypatch):
+    from trainready.profile.cache import default_dir, load_cached
+
+    monkeypatch.setenv("TRAINREADY_CACHE_DIR", "off")
+    assert default_dir() is None
+    assert load_cached(write(tmp_path / "t.json", document([cpu("a", 0, 1)]))).names() == ["a"]
+    monkeypatch.setenv("TRAINREADY_CACHE_DIR", str(tmp_path / "c"))
+    assert default_dir() == tmp_path / "c"
+
+
+def test_a_stray_value_deep_in_a_large_array_is_one_clear_error(tmp_path):
+    events = [cpu(f"op{i}", i, 1) for i in range(30000)]
+    text = json.dumps(document(events))
+    at = text.index('{"ph": "X", "cat": "cpu_op", "name": "op20000"')
+    path = tmp_path / "t.json"
+    path.write_text(text[:at] + "7, " + text[at:])
+    with pytest.raises(TraceError, match="not a JSON object") as err:
+        load_trace(path)
+    assert "\n" not in str(err.value)

@@ -222,10 +222,12 @@ def register(app: typer.Typer) -> None:
         """Summarise a profiler trace: device idle/compute time, kernel types, idle causes,
         communication overlap, kernel launches, steps."""
         from trainready.profile.analysis import summary
+        from trainready.profile.cache import load_cached
         from trainready.profile.trace import load
 
         peak = None if peak_tflops is None else peak_tflops * 1e12
-        summaries = [summary(t, trim_last_step=not all_steps, peak_flops=peak) for t in load(trace)]
+        traces = load(trace, loader=load_cached)  # a second analyze reads the parsed columns
+        summaries = [summary(t, trim_last_step=not all_steps, peak_flops=peak) for t in traces]
         if as_json:
             sys.stdout.write(json.dumps(summaries, indent=1) + "\n")
             return

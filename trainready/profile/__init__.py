@@ -2,6 +2,8 @@
 
 - capture.py   `trainready profile -- python train.py` and `profile_steps()` for step loops
 - trace.py     Kineto / Chrome-trace JSON -> columnar `Trace` (streamed, bounded, exact ns)
+- columns.py   the decoder trace.py streams batches through (msgspec structs -> numpy columns)
+- cache.py     parsed columns kept on disk per trace (path, size, mtime), so a reopen skips JSON
 - intervals.py interval unions and sweeps on int64 ns arrays
 - analysis.py  temporal / kernel-type / idle-cause breakdowns, overlap, launches, steps
 - deps.py      dependency edges (launch, stream, host, fwdbwd, event sync), critical path

@@ -113,17 +113,19 @@ def _activity(trace: Trace, win: Window) -> np.ndarray:
 
 
 def kernel_types(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """Kernel type code of each given device row (classified once per distinct name)."""
-    names = trace.name[rows]
-    kinds = trace.kind[rows]
-    out = np.empty(rows.size, dtype=np.int8)
-    pairs, inverse = np.unique(
-        np.stack([names, kinds.astype(np.int32)]), axis=1, return_inverse=True
-    )
-    codes = np.array(
-        [kernel_type_of(trace.strings[n], k) for n, k in pairs.T.tolist()], dtype=np.int8
-    )
-    out[:] = codes[inverse.reshape(-1)] if rows.size else out
+    """Kernel type code of each given device row (classified once per distinct name and kind,
+    once per trace)."""
+    return trace.memo("kernel_types", lambda: _all_kernel_types(trace))[rows]
+
+
+def _all_kernel_types(trace: Trace) -> np.ndarray:
+    """Kernel type code of every device row (OTHER for host rows)."""
+    out = np.full(len(trace), OTHER, dtype=np.int8)
+    dev = np.flatnonzero(trace.device_mask)
+    key = trace.name[dev].astype(np.int64) * 256 + trace.kind[dev].astype(np.int64)
+    pairs, inverse = np.unique(key, return_inverse=True)
+    codes = [kernel_type_of(trace.strings[k >> 8], k & 255) for k in pairs.tolist()]
+    out[dev] = np.array(codes, dtype=np.int8)[inverse.reshape(-1)] if dev.size else 0
     return out
 
 

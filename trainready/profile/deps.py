@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from trainready.profile import analysis as A
+from trainready.profile import intervals
 from trainready.profile.trace import KIND_CPU_OP, KIND_RUNTIME, KIND_SYNC, Trace
 
 EDGE_TYPES = ("launch", "stream", "host", "fwdbwd", "sync")
@@ -62,13 +63,9 @@ def _innermost_ops(trace: Trace, tracks: np.ndarray, ts: np.ndarray) -> np.ndarr
     for track in np.unique(tracks).tolist():
         on = ops[trace.track[ops] == track]
         on = on[np.lexsort((-trace.dur[on], trace.ts[on]))]
-        starts, ends = trace.ts[on], trace.end[on]
-        for i in np.flatnonzero(tracks == track).tolist():
-            k = int(np.searchsorted(starts, ts[i], side="right")) - 1
-            while k >= 0 and ends[k] < ts[i]:
-                k -= 1
-            if k >= 0:
-                out[i] = on[k]
+        sel = np.flatnonzero(tracks == track)
+        k = intervals.enclosing(trace.ts[on], trace.end[on], ts[sel])
+        out[sel[k >= 0]] = on[k[k >= 0]]
     return out
 
 
@@ -184,6 +181,18 @@ class Graph:
         hi = np.searchsorted(self.dst, node, side="right")
         return self.src[lo:hi], self.type[lo:hi]
 
+    def binding(self, trace: Trace, group: np.ndarray) -> np.ndarray:
+        """For every node, the edge (index) from its binding dependency: among its predecessors
+        in the same group (group >= 0), the one that finished last (the first such edge on a
+        tie); -1 where none. One vectorised pass for every group at once."""
+        gs, gd = group[self.src], group[self.dst]
+        e = np.flatnonzero((gs >= 0) & (gs == gd))
+        e = e[np.lexsort((e, -trace.end[self.src[e]], self.dst[e]))]
+        first = e[np.r_[True, self.dst[e][1:] != self.dst[e][:-1]]] if e.size else e
+        best = np.full(len(trace), -1, dtype=np.int64)
+        best[self.dst[first]] = first
+        return best
+
 
 def critical_path(
     trace: Trace,
@@ -195,24 +204,23 @@ def critical_path(
     (default: the whole trace): its events, and its time by category (ns)."""
     graph = graph or Graph(trace)
     if len(trace) == 0:
-        return _walk(trace, np.zeros(0, np.int64), graph)
+        return _walk(trace, np.zeros(0, np.int64), graph, np.zeros(0, np.int64))
     lo = int(trace.ts.min()) if start_ns is None else start_ns
     hi = int(trace.end.max()) + 1 if end_ns is None else end_ns
     host = np.flatnonzero((trace.kind == KIND_RUNTIME) & (trace.ts >= lo) & (trace.ts < hi))
     launch = graph.launch
     launched = launch[np.isin(launch[:, 0], host), 1] if launch.size else launch[:, 0]
-    return _walk(trace, np.union1d(host, launched), graph)
+    nodes = np.union1d(host, launched)
+    group = np.full(len(trace), -1, dtype=np.int64)
+    group[nodes] = 0
+    return _walk(trace, nodes, graph, graph.binding(trace, group))
 
 
-def _walk(
-    trace: Trace, nodes: np.ndarray, graph: Graph, in_set: np.ndarray | None = None
-) -> dict[str, Any]:
-    """Walk back from the node that ends last, through binding dependencies among `nodes`."""
+def _walk(trace: Trace, nodes: np.ndarray, graph: Graph, best: np.ndarray) -> dict[str, Any]:
+    """Walk back from the node that ends last, through binding dependencies (`best`, from
+    Graph.binding) among `nodes`."""
     if nodes.size == 0:
         return {"events": [], "length_ns": 0, "by_category": {}}
-    if in_set is None:
-        in_set = np.zeros(len(trace), dtype=bool)
-    in_set[nodes] = True
     end = trace.end
     node = int(nodes[np.argmax(end[nodes])])
     path: list[int] = []
@@ -227,16 +235,13 @@ def _walk(
         path.append(node)
         code = int(graph.category[node])
         cat = "host" if code < 0 else A.KERNEL_TYPES[code]
-        src, types = graph.preds(node)
-        keep = in_set[src]
-        src, types = src[keep], types[keep]
         start_node = int(trace.ts[node])
-        if src.size == 0:
+        edge = int(best[node])
+        if edge < 0:
             add(cat, t_hi - start_node)
             start = min(t_hi, start_node)
             break
-        best = int(np.argmax(end[src]))
-        prev, etype = int(src[best]), Graph._TYPES[int(types[best])]
+        prev, etype = int(graph.src[edge]), Graph._TYPES[int(graph.type[edge])]
         prev_end = int(end[prev])
         # The node's own time after its binding dependency finished, then the wait before it.
         add(cat, t_hi - max(start_node, prev_end))
@@ -244,7 +249,6 @@ def _walk(
         add(wait, min(t_hi, start_node) - prev_end)
         t_hi = min(t_hi, prev_end)
         node = prev
-    in_set[nodes] = False  # the caller may reuse the mask
     path.reverse()
     return {
         "events": path,
@@ -264,12 +268,23 @@ def step_critical_paths(trace: Trace, graph: Graph | None = None) -> list[dict[s
     launch = graph.launch
     launch = launch[np.argsort(trace.ts[launch[:, 0]], kind="stable")]
     run_ts, launch_ts = trace.ts[runtime], trace.ts[launch[:, 0]]
-    in_set = np.zeros(len(trace), dtype=bool)
-    out = []
-    for number, start, end in steps:
+    node_sets = []
+    for _, start, end in steps:
         host = runtime[np.searchsorted(run_ts, start) : np.searchsorted(run_ts, end)]
         launched = launch[np.searchsorted(launch_ts, start) : np.searchsorted(launch_ts, end), 1]
-        cp = _walk(trace, np.union1d(host, launched), graph, in_set)
+        node_sets.append(np.union1d(host, launched))
+    group = np.full(len(trace), -1, dtype=np.int64)
+    for i, nodes in enumerate(node_sets):
+        group[nodes] = i
+    disjoint = sum(n.size for n in node_sets) == int((group >= 0).sum())
+    best = graph.binding(trace, group) if disjoint else None
+    out = []
+    for (number, _, _), nodes in zip(steps, node_sets, strict=True):
+        if not disjoint:  # overlapping steps: each its own pass
+            group[:] = -1
+            group[nodes] = 0
+            best = graph.binding(trace, group)
+        cp = _walk(trace, nodes, graph, best)
         out.append({"step": number, "length_ns": cp["length_ns"],
                     "events": len(cp["events"]), "by_category": cp["by_category"]})  # fmt: skip
     return out

@@ -62,3 +62,35 @@ def sweep(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]:
 def intersection_total(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
     """Length of time covered by both interval sets."""
     return sweep([a, b]).get(3, 0)
+
+
+def previous_greater(values: np.ndarray) -> np.ndarray:
+    """For each position j: the nearest i < j with values[i] > values[j], -1 if none."""
+    out = np.full(values.size, -1, dtype=np.int64)
+    stack: list[int] = []
+    vals = values.tolist()
+    for j, v in enumerate(vals):
+        while stack and vals[stack[-1]] <= v:
+            stack.pop()
+        if stack:
+            out[j] = stack[-1]
+        stack.append(j)
+    return out
+
+
+def enclosing(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each time in `at`: the last interval (in the given order, sorted by start) with
+    start <= t <= end, -1 if none. Intervals that end before t are skipped along the chain of
+    previous larger ends: everything between an interval and that one ends even earlier, so
+    each query takes as many steps as its nesting depth, not one per earlier interval."""
+    cand = np.searchsorted(starts, at, side="right") - 1
+    if cand.size == 0 or starts.size == 0:
+        return np.full(at.size, -1, dtype=np.int64)
+    prev = previous_greater(ends)
+    live = np.flatnonzero(cand >= 0)
+    while live.size:
+        short = ends[cand[live]] < at[live]
+        live = live[short]
+        cand[live] = prev[cand[live]]
+        live = live[cand[live] >= 0]
+    return cand

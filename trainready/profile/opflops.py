@@ -20,6 +20,7 @@ device or dtype without a table entry gives no MFU rather than a guess.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -39,6 +40,9 @@ _DTYPES = {
     "c10::Float8_e4m3fn": "fp8",
     "c10::Float8_e5m2": "fp8",
 }
+
+
+_match_kind = functools.lru_cache(maxsize=64)(match_kind)  # a regex sweep per call otherwise
 
 
 def _prod(xs: list[int]) -> int:
@@ -187,18 +191,21 @@ def _device_time(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     run, run_ns = run[launched], run_ns[launched]
     order = np.lexsort((trace.ts[run], trace.track[run]))
     run, run_ns = run[order], run_ns[order]
-    key_track, key_ts = trace.track[run].astype(np.int64), trace.ts[run]
     cum = np.concatenate([[0.0], np.cumsum(run_ns)])
-    run_owner = np.full(run.size, -1, dtype=np.int64)
-    for i, r in enumerate(ops.tolist()):
-        track, ts, end = int(trace.track[r]), int(trace.ts[r]), int(trace.ts[r] + trace.dur[r])
-        lo = np.searchsorted(key_track, track, side="left")
-        hi = np.searchsorted(key_track, track, side="right")
-        a = lo + np.searchsorted(key_ts[lo:hi], ts, side="left")
-        b = lo + np.searchsorted(key_ts[lo:hi], end, side="left")
-        if b > a:
-            out[i] = int(round(cum[b] - cum[a]))
-            run_owner[a:b] = i
+    # The launches inside each op: [a, b) in `run`, sorted by (thread, start).
+    a = np.zeros(ops.size, dtype=np.int64)
+    b = np.zeros(ops.size, dtype=np.int64)
+    run_track, op_track = trace.track[run], trace.track[ops]
+    for track in np.unique(op_track).tolist():
+        lo = np.searchsorted(run_track, track, side="left")
+        hi = np.searchsorted(run_track, track, side="right")
+        sel = np.flatnonzero(op_track == track)
+        ts = trace.ts[run[lo:hi]]
+        a[sel] = lo + np.searchsorted(ts, trace.ts[ops[sel]], side="left")
+        b[sel] = lo + np.searchsorted(ts, trace.end[ops[sel]], side="left")
+    some = b > a
+    out[some] = np.round(cum[b[some]] - cum[a[some]]).astype(np.int64)
+    run_owner = _paint(a, b, run.size)
     # Activities inherit the op of the runtime call with their correlation id.
     by_corr = np.argsort(trace.correlation[run], kind="stable")
     run_corr = trace.correlation[run][by_corr]
@@ -208,10 +215,28 @@ def _device_time(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return out, owner
 
 
-def kernel_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
+def _paint(a: np.ndarray, b: np.ndarray, size: int) -> np.ndarray:
+    """out[a[i]:b[i]] = i for every i in order (a later i wins where ranges overlap)."""
+    out = np.full(size, -1, dtype=np.int64)
+    idx = np.flatnonzero(b > a)
+    idx = idx[np.argsort(a[idx], kind="stable")]
+    if idx.size and (b[idx][:-1] <= a[idx][1:]).all():  # disjoint (leaf ops): one pass
+        lens = b[idx] - a[idx]
+        starts = np.repeat(a[idx] - np.r_[0, np.cumsum(lens)[:-1]], lens)
+        out[np.arange(lens.sum()) + starts] = np.repeat(idx, lens)
+        return out
+    for i in np.sort(idx).tolist():
+        out[a[i] : b[i]] = i
+    return out
+
+
+def kernel_table(
+    trace: Trace, peak: float | None = None, table: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Per kernel name: the FLOPs of the counted ops that launched it (an op's FLOPs split over
-    its kernels by duration), its time, achieved TFLOP/s and MFU."""
-    table = op_table(trace, peak)
+    its kernels by duration), its time, achieved TFLOP/s and MFU. `table`: op_table's result,
+    when the caller has it already."""
+    table = op_table(trace, peak) if table is None else table
     rows = np.array([r["row"] for r in table], dtype=np.int64)
     _, owner = _device_time(trace, rows)
     kernels = np.flatnonzero(owner >= 0)
@@ -220,21 +245,24 @@ def kernel_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]
     op_ns = np.array([max(r["time_ns"], 1) for r in table], dtype=np.float64)
     share = trace.dur[kernels] / op_ns[owner[kernels]]
     flops = share * np.array([r["flops"] for r in table], dtype=np.float64)[owner[kernels]]
-    out: dict[int, dict[str, Any]] = {}
-    for k, f, o in zip(kernels.tolist(), flops.tolist(), owner[kernels].tolist(), strict=True):
-        g = out.setdefault(int(trace.name[k]), {"kernel": trace.strings[trace.name[k]],
-                                                "calls": 0, "flops": 0.0, "time_ns": 0,
-                                                "dtype": table[o]["dtype"]})  # fmt: skip
-        g["calls"] += 1
-        g["flops"] += f
-        g["time_ns"] += int(trace.dur[k])
-    result = sorted(out.values(), key=lambda g: -g["time_ns"])
-    for g in result:
-        rate = g["flops"] / (g["time_ns"] * 1e-9) if g["time_ns"] else None
-        g["flops"] = int(round(g["flops"]))
-        g["tflops"] = None if rate is None else rate / 1e12
-        g_peak, g["peak"] = peak_flops(trace, g["dtype"], peak, rate)
-        g["mfu"] = None if rate is None or g_peak is None else rate / g_peak
+    names, first, inverse = np.unique(trace.name[kernels], return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    calls = np.bincount(inverse)
+    total_flops = np.bincount(inverse, weights=flops)
+    time_ns = np.zeros(names.size, dtype=np.int64)
+    np.add.at(time_ns, inverse, trace.dur[kernels])
+    result = []
+    # by time, ties in order of first appearance (as a dict filled in row order sorts)
+    for g in sorted(np.argsort(first, kind="stable").tolist(), key=lambda g: -time_ns[g]):
+        t_ns = int(time_ns[g])
+        rate = float(total_flops[g]) / (t_ns * 1e-9) if t_ns else None
+        dtype = table[int(owner[kernels[first[g]]])]["dtype"]
+        g_peak, label = peak_flops(trace, dtype, peak, rate)
+        result.append({"kernel": trace.strings[int(names[g])], "calls": int(calls[g]),
+                       "flops": int(round(float(total_flops[g]))), "time_ns": t_ns,
+                       "dtype": dtype, "tflops": None if rate is None else rate / 1e12,
+                       "peak": label,
+                       "mfu": None if rate is None or g_peak is None else rate / g_peak})  # fmt: skip
     return result
 
 
@@ -253,7 +281,7 @@ def peak_flops(
     name = trace.device_name(0)
     if not name:
         return None, "device name not recorded in the trace: no peak"
-    kind = match_kind(name)
+    kind = _match_kind(name)
     if kind is None:
         return None, f"{name!r} is not in the peak table: no MFU"
     table = PEAKS[kind]
@@ -275,20 +303,36 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
     wanted = {trace.symbol(n) for n in OPS} - {-1}
     rows = rows[np.isin(trace.name[rows], np.array(sorted(wanted), dtype=np.int32))]
     device_ns, _ = _device_time(trace, rows)
+    # Calls repeat a few shapes many times: decode and count each distinct one once.
+    parsed: dict[int, Any] = {}
+    counted: dict[tuple[int, int, int], int | None] = {}
+    dtypes: dict[int, str] = {}
+
+    def json_of(sid: int) -> Any:
+        if sid not in parsed:
+            parsed[sid] = json.loads(trace.strings[sid])
+        return parsed[sid]
+
     out = []
-    for r, dev_ns in zip(rows.tolist(), device_ns.tolist(), strict=True):
-        name = trace.strings[trace.name[r]]
-        dims = json.loads(trace.strings[trace.input_dims[r]])
-        concrete_id = int(trace.concrete_inputs[r])
-        concrete = json.loads(trace.strings[concrete_id]) if concrete_id >= 0 else []
-        flops = op_flops(name, dims, concrete)
+    columns = (trace.name[rows], trace.input_dims[rows], trace.concrete_inputs[rows],
+               trace.input_types[rows], trace.dur[rows])  # fmt: skip
+    for r, dev_ns, name_id, dims_id, conc_id, types_id, dur in zip(
+        rows.tolist(), device_ns.tolist(), *(c.tolist() for c in columns), strict=True
+    ):
+        key = (name_id, dims_id, conc_id)
+        if key not in counted:
+            concrete = json_of(conc_id) if conc_id >= 0 else []
+            counted[key] = op_flops(trace.strings[name_id], json_of(dims_id), concrete)
+        flops = counted[key]
         if flops is None:
             continue
-        types = trace.text(trace.input_types[r]) or "[]"
-        first = next((t for t in json.loads(types) if t in _DTYPES), None)
-        dtype = _DTYPES.get(first, "?") if first else "?"
+        if types_id not in dtypes:
+            types = json_of(types_id) if types_id >= 0 else []
+            first = next((t for t in types if t in _DTYPES), None)
+            dtypes[types_id] = _DTYPES.get(first, "?") if first else "?"
+        dtype = dtypes[types_id]
         on_device = dev_ns >= 0
-        ns = dev_ns if on_device else int(trace.dur[r])
+        ns = dev_ns if on_device else dur
         rate = flops / (ns * 1e-9) if ns > 0 else None
         if on_device or peak is not None:
             op_peak, label = peak_flops(trace, dtype, peak, rate)
@@ -297,8 +341,8 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
         out.append(
             {
                 "row": r,
-                "op": name,
-                "input_dims": dims,
+                "op": trace.strings[name_id],
+                "input_dims": json_of(dims_id),
                 "dtype": dtype,
                 "flops": flops,
                 "time_ns": ns,
@@ -319,7 +363,7 @@ def mfu_summary(trace: Trace, top: int = 10, peak: float | None = None) -> dict[
     table = op_table(trace, peak)
     groups: dict[tuple, dict[str, Any]] = {}
     for row in table:
-        key = (row["op"], json.dumps(row["input_dims"]), row["dtype"])
+        key = (row["op"], int(trace.input_dims[row["row"]]), row["dtype"])  # same shapes text
         g = groups.setdefault(key, {"op": row["op"], "input_dims": row["input_dims"],
                                     "dtype": row["dtype"], "calls": 0, "flops": 0,
                                     "time_ns": 0, "peak": row["peak"], "mfu": None,
@@ -353,5 +397,5 @@ def mfu_summary(trace: Trace, top: int = 10, peak: float | None = None) -> dict[
         "tflops": total_flops / (total_ns * 1e-9) / 1e12 if total_ns else None,
         "steps": steps,
         "top": ranked[:top],
-        "kernels": kernel_table(trace, peak)[:top],
+        "kernels": kernel_table(trace, peak, table)[:top],
     }

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from trainready.profile.cache import TraceCache, default_dir
 from trainready.profile.trace import MiB, Trace, TraceError, load_trace
 from trainready.profile.viewport import (
     Graph,
@@ -107,7 +108,8 @@ class Loaded:
 
 class Library:
     """The traces a server serves: fixed files (`explore TRACE...`) or a directory (`--serve DIR`),
-    loaded on first use and kept in a small LRU cache."""
+    loaded on first use (parsed columns come from `cache.TraceCache` when it holds them) and kept
+    in a small LRU cache."""
 
     def __init__(
         self,
@@ -117,6 +119,7 @@ class Library:
         max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         cache: int = DEFAULT_CACHE,
+        parsed_cache: TraceCache | None | bool = True,
     ):
         if (files is None) == (directory is None):
             raise ValueError("give either files or a directory")
@@ -125,6 +128,10 @@ class Library:
         self.max_trace_bytes = max_trace_bytes
         self.max_upload_bytes = max_upload_bytes
         self.cache_size = max(1, cache)
+        if parsed_cache is True:  # the default: parsed columns kept on disk, per user
+            directory = default_dir()
+            parsed_cache = TraceCache(directory) if directory is not None else None
+        self.parsed = parsed_cache or None  # reopening a trace reads columns, not JSON
         self._cache: OrderedDict[tuple, Loaded] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[tuple, threading.Lock] = {}
@@ -175,7 +182,7 @@ class Library:
                 if key in self._cache:
                     return self._cache[key]
             try:
-                loaded = Loaded(load_trace(e.path, max_bytes=self.max_trace_bytes))
+                loaded = Loaded(self._load(e.path))
             except TraceError as err:
                 raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, _relative(str(err))) from None
             else:
@@ -184,6 +191,11 @@ class Library:
             finally:
                 with self._lock:
                     self._loading.pop(key, None)
+
+    def _load(self, path: Path) -> Trace:
+        if self.parsed is None:
+            return load_trace(path, max_bytes=self.max_trace_bytes)
+        return self.parsed.load(path, max_bytes=self.max_trace_bytes)
 
     def _remember(self, key: tuple, loaded: Loaded) -> None:
         with self._lock:
@@ -305,6 +317,8 @@ class Handler(BaseHTTPRequestHandler):
             route(url.path, parse_qs(url.query))
         except ApiError as e:
             self._json({"error": str(e)}, e.status)
+        except ConnectionError:  # the page gave up on the request (it scrolled on): nobody to tell
+            self.close_connection = True
         except Exception as e:  # a bug must not kill the server; say what happened
             self._json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
 

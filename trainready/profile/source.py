@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from trainready.profile import intervals
 from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_PYTHON, KIND_RUNTIME, Trace
 
 _FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -45,18 +46,16 @@ def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
         if frame and is_user_frame(frame[0]):
             user_ids[sid] = f"{frame[0]}:{frame[1]} {frame[2]}"
     py = py[np.isin(trace.name[py], np.array(list(user_ids) or [-1], dtype=np.int32))]
-    out: list[str | None] = [None] * rows.size
+    found = np.full(rows.size, -1, dtype=np.int64)
     for track in np.unique(trace.track[rows]).tolist():
         frames = py[trace.track[py] == track]
         frames = frames[np.argsort(trace.ts[frames], kind="stable")]
-        f_ts, f_end = trace.ts[frames], trace.end[frames]
-        for i in np.flatnonzero(trace.track[rows] == track).tolist():
-            ts = trace.ts[rows[i]]
-            k = np.searchsorted(f_ts, ts, side="right")  # frames starting at or before ts
-            enclosing = np.flatnonzero(f_end[:k] >= ts)
-            if enclosing.size:  # nested frames: the latest-starting enclosing one is innermost
-                out[i] = user_ids[int(trace.name[frames[enclosing[-1]]])]
-    return out
+        on = np.flatnonzero(trace.track[rows] == track)
+        # nested frames: the latest-starting enclosing one is innermost
+        k = intervals.enclosing(trace.ts[frames], trace.end[frames], trace.ts[rows[on]])
+        found[on[k >= 0]] = frames[k[k >= 0]]
+    names = trace.name[np.maximum(found, 0)].tolist()
+    return [user_ids[n] if f >= 0 else None for f, n in zip(found.tolist(), names, strict=True)]
 
 
 def time_by_line(trace: Trace, top: int = 15) -> list[dict[str, Any]]:

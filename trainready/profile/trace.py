@@ -50,8 +50,7 @@ import gzip
 import json
 import re
 import zlib
-from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -223,7 +222,9 @@ class Trace:
     memory: Memory
     instants: Instants
     skipped: dict[str, int] = field(default_factory=dict)  # event phases not loaded, by ph
+    text_bytes: int = 0  # size of the (decompressed) JSON text it was loaded from
     _symbol_ids: dict[str, int] | None = field(default=None, repr=False)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -232,6 +233,14 @@ class Trace:
     def end(self) -> np.ndarray:
         """int64 end time of every event, ns."""
         return self.ts + self.dur
+
+    def memo(self, key: str, build: Any) -> Any:
+        """`build()` once per trace: derived arrays several analyses share (columns never
+        change after loading). Threads racing on a key both build it; either result is kept."""
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = build()
+        return value
 
     def symbol(self, text: str) -> int:
         """The string id of `text`, or -1 when the trace never uses it."""
@@ -335,6 +344,19 @@ _SEP = re.compile(r"\s*([,\]])\s*")
 _WS = re.compile(r"\s*")
 
 
+def check_limits(
+    path: Path, text_bytes: int, file_bytes: int, gz: bool, max_bytes: int, max_ratio: float
+) -> None:
+    """Refuse input that decompresses to more than `max_bytes`, or a gzip bomb."""
+    if text_bytes > max_bytes:
+        raise TraceError(f"{path}: refused: decompresses to more than {max_bytes >> 20} MiB")
+    if gz and text_bytes > _RATIO_GRACE_BYTES and text_bytes / max(1, file_bytes) > max_ratio:
+        raise TraceError(
+            f"{path}: refused: compression ratio over {max_ratio:.0f}x "
+            "(a gzip bomb, not a profiler trace)"
+        )
+
+
 class _Reader:
     """Streams decompressed text with bounds on total size and compression ratio."""
 
@@ -360,17 +382,8 @@ class _Reader:
         except (OSError, EOFError, zlib.error) as e:
             raise TraceError(f"{self.path}: corrupt or truncated gzip data ({e})") from None
         self.total += len(data)
-        if self.total > self.max_bytes:
-            raise TraceError(
-                f"{self.path}: refused: decompresses to more than {self.max_bytes >> 20} MiB"
-            )
-        if self._gz is not None and self.total > _RATIO_GRACE_BYTES:
-            ratio = self.total / max(1, self._raw.tell())
-            if ratio > self.max_ratio:
-                raise TraceError(
-                    f"{self.path}: refused: compression ratio over {self.max_ratio:.0f}x "
-                    "(a gzip bomb, not a profiler trace)"
-                )
+        check_limits(self.path, self.total, self._raw.tell(), self._gz is not None,
+                     self.max_bytes, self.max_ratio)  # fmt: skip
         if not data:
             self.eof = True
         try:
@@ -465,15 +478,17 @@ _BATCH_CHARS = 2 * MiB
 _EVENT_END = re.compile(r"}\s*,\s*(?={)")
 
 
-def _array_batches(text: _Text, scan: Any, decoder: json.JSONDecoder) -> Iterator[list[Any]]:
+def _array_batches(text: _Text, scan: Any) -> Iterator[list[Any]]:
     """The elements of the JSON array starting at text.pos, in batches.
 
-    Most of the array is decoded by one C call per ~2 MiB: the window is cut after the last
+    Most of the array is decoded by one msgspec call per ~2 MiB: the window is cut after the last
     `},` that is followed by `{`, and the slice decoded as an array. A cut inside a string
     leaves an unterminated string and a cut inside a nested value leaves brackets open, so a
     slice that decodes is exactly a run of whole elements; one that does not (or the array's
     tail) is decoded element by element, which also locates a real error precisely.
     """
+    from trainready.profile.columns import decode_batch  # columns builds on this module
+
     text.expect("[", "'['")
     if text.peek() == "]":
         text.pos += 1
@@ -492,15 +507,12 @@ def _array_batches(text: _Text, scan: Any, decoder: json.JSONDecoder) -> Iterato
                 break
             cut = text.buf.rfind("}", start, cut)
         if m is not None:
-            try:
-                batch = decoder.decode("[" + text.buf[start : cut + 1] + "]")
-            except json.JSONDecodeError:
-                batch = None
+            batch = decode_batch("[" + text.buf[start : cut + 1] + "]")
             if batch is not None:
                 text.pos = m.end()
                 yield batch
                 continue
-        yield [_value(text, scan)]
+        yield [_value(text, scan)]  # a plain JSON value: the builder checks and converts it
         text.ensure(64)
         text.skip_ws()
         sep = _SEP.match(text.buf, text.pos)
@@ -509,343 +521,6 @@ def _array_batches(text: _Text, scan: Any, decoder: json.JSONDecoder) -> Iterato
         text.pos = sep.end()
         if sep.group(1) == "]":
             return
-
-
-# -- building columns ------------------------------------------------------------------------------
-# Args kept as columns: arg name -> column. Ints; JSON-valued ones are interned as JSON text.
-_INT_ARGS = {
-    "correlation": "correlation",
-    "External id": "external_id",
-    "Sequence number": "seq",
-    "Fwd thread id": "fwd_tid",
-    "bytes": "nbytes",
-    "Python id": "python_id",
-    "Python parent id": "python_parent",
-    "wait_on_stream": "wait_stream",
-    "wait_on_cuda_event_record_corr_id": "wait_record_corr",
-}
-_JSON_ARGS = {
-    "Input Dims": "input_dims",
-    "Input type": "input_types",
-    "Concrete Inputs": "concrete_inputs",
-    "grid": "grid",
-    "block": "block",
-}
-_ARG_KEYS = frozenset(_INT_ARGS) | frozenset(_JSON_ARGS)
-
-
-def _int_array(raw: list[Any]) -> np.ndarray:
-    """Integer ids as written (ints, or occasionally strings) -> int64; -1 where not an int."""
-    try:
-        return np.array(raw, dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
-        return np.array([_int(v) for v in raw], dtype=np.int64)
-
-
-def _ns_array(raw: list[Any]) -> np.ndarray:
-    """Kineto times (us, as int or exact decimal text) -> int64 ns, rounded half up."""
-    if not raw:
-        return np.zeros(0, dtype=np.int64)
-    arr = np.array(raw)
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64) * 1000
-    text = arr.astype(str)
-    odd = (np.char.find(text, "e") >= 0) | (np.char.find(text, "E") >= 0)
-    if odd.any():  # exponent notation: rare; through a float
-        text[odd] = [repr(round(float(v), 3)) for v in text[odd]]
-    whole, _, frac = np.char.partition(text, ".").T
-    negative = np.char.startswith(whole, "-")
-    whole_ns = np.abs(whole.astype(np.int64)) * 1000
-    frac4 = np.char.ljust(frac.astype("U4"), 4, "0").astype(np.int64)
-    ns = whole_ns + (frac4 + 5) // 10
-    return np.where(negative, -ns, ns)
-
-
-class _Builder:
-    """Accumulates events into columns without keeping the event dicts."""
-
-    _COLUMNS = (*_INT_ARGS.values(), *_JSON_ARGS.values())
-
-    def __init__(self) -> None:
-        self.ts_raw: list[Any] = []
-        self.dur_raw: list[Any] = []
-        self.name = array("i")
-        self.cat = array("i")
-        self.kind = array("b")
-        self.track = array("i")
-        # Sparse arg columns: (rows, values), densified in finish().
-        self.sparse: dict[str, tuple[array, list[Any]]] = {
-            c: (array("q"), []) for c in self._COLUMNS
-        }
-        # arg name -> (rows.append, values.append, JSON-valued?) of its sparse column
-        self.arg_handlers = {
-            key: (self.sparse[col][0].append, self.sparse[col][1].append, key in _JSON_ARGS)
-            for key, col in (_INT_ARGS | _JSON_ARGS).items()
-        }
-        self.strings: list[str] = []
-        self.string_ids: dict[str, int] = {}
-        self.json_ids: dict[str, int] = {}  # repr of a JSON-valued arg -> string id of its JSON
-        self.slots: dict[tuple, tuple[int, int, int]] = {}  # (cat, pid, tid) -> slot()
-        self.track_ids: dict[tuple, int] = {}
-        self.tracks: list[tuple] = []  # (kind, pid, tid, device, stream)
-        self.process_names: dict[Any, str] = {}
-        self.thread_names: dict[tuple, str] = {}
-        self.flows: dict[str, list[Any]] = {k: [] for k in ("id", "cat", "phase", "ts", "key")}
-        self.flow_bind = array("b")
-        self.flow_keys: dict[tuple, int] = {}
-        self.memory: dict[str, list[Any]] = {
-            k: [] for k in ("ts", "addr", "nbytes", "alloc", "reserved", "dt", "di", "track")
-        }
-        self.instants: dict[str, list[Any]] = {"ts": [], "name": [], "track": []}
-        self.open_slices: dict[tuple, list[dict]] = {}
-        self.skipped: dict[str, int] = {}
-
-    def intern(self, text: str) -> int:
-        sid = self.string_ids.get(text)
-        if sid is None:
-            sid = self.string_ids[text] = len(self.strings)
-            self.strings.append(text)
-        return sid
-
-    def host_track(self, pid: Any, tid: Any) -> int:
-        key = (pid, tid)
-        tr = self.track_ids.get(key)
-        if tr is None:
-            kind = TRACK_CPU if isinstance(pid, int) or str(pid).isdigit() else TRACK_OTHER
-            tr = self.track_ids[key] = len(self.tracks)
-            self.tracks.append((kind, pid, tid, -1, -1))
-        return tr
-
-    def device_track(self, pid: Any, tid: Any, args: dict) -> int:
-        stream = _int(args.get("stream", tid))
-        device = _int(args.get("device", pid))
-        key = (TRACK_STREAM, device, stream)
-        tr = self.track_ids.get(key)
-        if tr is None:
-            tr = self.track_ids[key] = len(self.tracks)
-            self.tracks.append((TRACK_STREAM, pid, tid, device, stream))
-        return tr
-
-    def add_batch(self, events: list[Any]) -> None:
-        """The hot loop: complete slices and flow endpoints inline, with locals bound once."""
-        slot_of = self.slots
-        string_ids = self.string_ids
-        arg_keys = _ARG_KEYS
-        ts_append, dur_append = self.ts_raw.append, self.dur_raw.append
-        name_append, cat_append = self.name.append, self.cat.append
-        kind_append, track_append = self.kind.append, self.track.append
-        flows = self.flows
-        f_id, f_cat, f_phase = flows["id"].append, flows["cat"].append, flows["phase"].append
-        f_ts, f_key, f_bind = flows["ts"].append, flows["key"].append, self.flow_bind.append
-        for ev in events:
-            if type(ev) is not dict:
-                raise ValueError("a trace event that is not a JSON object")
-            ph = ev.get("ph")
-            if ph == "X":
-                args = ev.get("args")
-                if type(args) is not dict:
-                    args = None
-                cat_text = ev.get("cat")
-                pid, tid = ev.get("pid", 0), ev.get("tid", 0)
-                key = (cat_text, pid, tid)
-                slot = slot_of.get(key)
-                if slot is None or slot[1] >= KIND_KERNEL:  # device rows: stream from args
-                    slot = self.slot(key, args)
-                cat, kind, track = slot
-                name = ev.get("name", "")
-                sid = string_ids.get(name) if type(name) is str else None
-                if sid is None:
-                    sid = self.intern(str(name))
-                if (
-                    kind == KIND_KERNEL
-                    and cat_text == "mtia_ccp_events"
-                    and str(name).startswith("event_")
-                ):
-                    kind = KIND_SYNC  # MTIA's command processor recording / waiting on an event
-                if args:
-                    wanted = arg_keys.intersection(args)
-                    if wanted:
-                        self.add_args(len(self.ts_raw), args, wanted)
-                ts_append(ev["ts"])
-                dur_append(ev.get("dur", 0))
-                name_append(sid)
-                cat_append(cat)
-                kind_append(kind)
-                track_append(track)
-            elif ph == "f" or ph == "s" or ph == "t":
-                key = (ev.get("pid", 0), ev.get("tid", 0))
-                fk = self.flow_keys.get(key)
-                if fk is None:
-                    fk = self.flow_keys[key] = len(self.flow_keys)
-                cat_text = ev.get("cat", "")
-                cid = string_ids.get(cat_text) if type(cat_text) is str else None
-                if cid is None:
-                    cid = self.intern(str(cat_text))
-                f_id(ev.get("id", -1))
-                f_cat(cid)
-                f_phase(ord(ph))
-                f_ts(ev.get("ts", 0))
-                f_key(fk)  # a (pid, tid) key; resolved to a track in finish()
-                f_bind(ev.get("bp") == "e")
-            else:
-                self.add_other(ev)
-
-    def slot(self, key: tuple, args: dict | None) -> tuple[int, int, int]:
-        """(category id, kind, track) of a slice with this (cat, pid, tid); cached for host rows,
-        whose track does not depend on the args."""
-        cat_text, pid, tid = key
-        cat_text = cat_text if isinstance(cat_text, str) else ""
-        kind = _KIND_OF_CAT.get(cat_text, KIND_OTHER)
-        if KIND_KERNEL <= kind <= KIND_GPU_ANNOTATION:
-            return self.intern(cat_text), kind, self.device_track(pid, tid, args or {})
-        slot = (self.intern(cat_text), kind, self.host_track(pid, tid))
-        self.slots[key] = slot
-        return slot
-
-    def add_args(self, row: int, args: dict, keys: Any) -> None:
-        handlers = self.arg_handlers
-        for key in keys:
-            rows_append, values_append, is_json = handlers[key]
-            rows_append(row)
-            if is_json:
-                value = args[key]
-                fast_key = str(value)  # the repr, as a cache key: cheaper than json.dumps
-                sid = self.json_ids.get(fast_key)
-                if sid is None:
-                    sid = self.intern(json.dumps(value, separators=(",", ":")))
-                    self.json_ids[fast_key] = sid
-                values_append(sid)
-            else:
-                values_append(args[key])
-
-    def add_other(self, ev: dict) -> None:
-        ph = ev.get("ph")
-        if ph in ("i", "I"):
-            self.add_instant(ev)
-        elif ph == "M":
-            self.add_metadata(ev)
-        elif ph == "B":
-            self.open_slices.setdefault((ev.get("pid"), ev.get("tid")), []).append(ev)
-        elif ph == "E":
-            stack = self.open_slices.get((ev.get("pid"), ev.get("tid")))
-            if stack:
-                begin = stack.pop()
-                args = {**(begin.get("args") or {}), **(ev.get("args") or {})}
-                dur_ns = max(0, _ns(ev["ts"]) - _ns(begin["ts"]))
-                dur_us = f"{dur_ns // 1000}.{dur_ns % 1000:03d}"
-                self.add_slice({**begin, "args": args}, begin["ts"], dur_us)
-            else:
-                self.skipped["E"] = self.skipped.get("E", 0) + 1
-        else:
-            key = str(ph)
-            self.skipped[key] = self.skipped.get(key, 0) + 1
-
-    def add_slice(self, ev: dict, ts: Any, dur: Any) -> None:
-        """One complete slice given outside the hot loop (a matched B/E pair)."""
-        self.add_batch([{**ev, "ph": "X", "ts": ts, "dur": dur}])
-
-    def add_instant(self, ev: dict) -> None:
-        track = self.host_track(ev.get("pid", 0), ev.get("tid", 0))
-        if ev.get("name") == "[memory]":
-            args = ev.get("args") or {}
-            m = self.memory
-            m["ts"].append(ev.get("ts", 0))
-            m["addr"].append(_int(args.get("Addr", -1)))
-            m["nbytes"].append(_int(args.get("Bytes", 0)))
-            m["alloc"].append(_int(args.get("Total Allocated", -1)))
-            m["reserved"].append(_int(args.get("Total Reserved", -1)))
-            m["dt"].append(_int(args.get("Device Type", -1)))
-            m["di"].append(_int(args.get("Device Id", -1)))
-            m["track"].append(track)
-            return
-        i = self.instants
-        i["ts"].append(ev.get("ts", 0))
-        i["name"].append(self.intern(str(ev.get("name", ""))))
-        i["track"].append(track)
-
-    def add_metadata(self, ev: dict) -> None:
-        args = ev.get("args") or {}
-        if ev.get("name") == "process_name":
-            self.process_names[ev.get("pid")] = str(args.get("name", ""))
-        elif ev.get("name") == "thread_name":
-            self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
-
-    def _column(self, col: str, n: int) -> np.ndarray:
-        rows, values = self.sparse[col]
-        out = np.full(n, -1, dtype=np.int32 if col in _JSON_ARGS.values() else np.int64)
-        if rows:
-            try:
-                vals = np.array(values, dtype=np.int64)
-            except (ValueError, TypeError, OverflowError):
-                vals = np.array([_int(v) for v in values], dtype=np.int64)
-            out[np.frombuffer(rows, dtype=np.int64)] = vals
-        return out
-
-    def _flow_tracks(self) -> np.ndarray:
-        """Flow (pid, tid) key -> track: a device row's stream track, else the host thread's."""
-        streams = {(t[1], t[2]): i for i, t in enumerate(self.tracks) if t[0] == TRACK_STREAM}
-        out = np.zeros(len(self.flow_keys), dtype=np.int32)
-        for (pid, tid), k in self.flow_keys.items():
-            tr = streams.get((pid, tid))
-            out[k] = self.host_track(pid, tid) if tr is None else tr
-        return out
-
-    def finish(self, path: Path, meta: dict[str, Any], rank: int) -> Trace:
-        n = len(self.ts_raw)
-        f = self.flows
-        flows = Flows(
-            id=_int_array(f["id"]),
-            cat=np.array(f["cat"], dtype=np.int32),
-            phase=np.array(f["phase"], dtype=np.uint8),
-            ts=_ns_array(f["ts"]),
-            track=self._flow_tracks()[np.array(f["key"], dtype=np.int64)],
-            bind_enclosing=np.frombuffer(self.flow_bind, dtype=np.int8).astype(bool),
-        )
-        m = self.memory
-        memory = Memory(
-            ts=_ns_array(m["ts"]),
-            addr=np.array(m["addr"], dtype=np.int64),
-            nbytes=np.array(m["nbytes"], dtype=np.int64),
-            total_allocated=np.array(m["alloc"], dtype=np.int64),
-            total_reserved=np.array(m["reserved"], dtype=np.int64),
-            device_type=np.array(m["dt"], dtype=np.int8),
-            device_id=np.array(m["di"], dtype=np.int16),
-            track=np.array(m["track"], dtype=np.int32),
-        )
-        ins = self.instants
-        instants = Instants(
-            ts=_ns_array(ins["ts"]),
-            name=np.array(ins["name"], dtype=np.int32),
-            track=np.array(ins["track"], dtype=np.int32),
-        )
-        tracks = []
-        for kind, pid, tid, device, stream in self.tracks:
-            label = self.thread_names.get((pid, tid), "")
-            if kind == TRACK_STREAM:
-                label = label or self.process_names.get(pid, "")
-            tracks.append(Track(kind, pid, tid, device, stream, label))
-        skipped = dict(self.skipped)
-        unclosed = sum(len(s) for s in self.open_slices.values())
-        if unclosed:
-            skipped["B"] = unclosed
-        return Trace(
-            path=str(path),
-            rank=rank,
-            meta=meta,
-            strings=self.strings,
-            tracks=tracks,
-            ts=_ns_array(self.ts_raw),
-            dur=_ns_array(self.dur_raw),
-            name=np.frombuffer(self.name, dtype=np.int32).copy(),
-            cat=np.frombuffer(self.cat, dtype=np.int32).copy(),
-            kind=np.frombuffer(self.kind, dtype=np.int8).copy(),
-            track=np.frombuffer(self.track, dtype=np.int32).copy(),
-            flows=flows,
-            memory=memory,
-            instants=instants,
-            skipped=skipped,
-            **{c: self._column(c, n) for c in self._COLUMNS},
-        )
 
 
 # -- entry points ----------------------------------------------------------------------------------
@@ -878,14 +553,16 @@ def load_trace(
     text = _Text(reader)
     decoder = json.JSONDecoder(parse_float=str)  # keep decimals exact; times parsed later
     scan = json.scanner.make_scanner(decoder)
-    builder = _Builder()
+    from trainready.profile.columns import Builder  # columns builds on this module
+
+    builder = Builder()
     meta: dict[str, Any] = {}
     found_events = False
     try:
         first = text.peek()
         if first == "[":  # the Chrome trace "JSON array format": a bare list of events
             found_events = True
-            for batch in _array_batches(text, scan, decoder):
+            for batch in _array_batches(text, scan):
                 _add(builder, batch, text)
         elif first == "{":
             text.pos += 1
@@ -901,7 +578,7 @@ def load_trace(
                     text.skip_ws()
                     if key == "traceEvents":
                         found_events = True
-                        for batch in _array_batches(text, scan, decoder):
+                        for batch in _array_batches(text, scan):
                             _add(builder, batch, text)
                     else:
                         meta[key] = _value(text, scan)
@@ -923,16 +600,20 @@ def load_trace(
     if not found_events:
         raise TraceError(f"{path}: JSON without 'traceEvents'; not a profiler trace")
     try:
-        return builder.finish(path, meta, _rank_of(meta, 0) if rank is None else rank)
-    except (ValueError, TypeError) as e:  # times are converted in bulk, after the stream
+        trace = builder.finish(path, meta, _rank_of(meta, 0) if rank is None else rank)
+        trace.text_bytes = reader.total
+        return trace
+    except (ValueError, TypeError) as e:  # some times are converted after the stream
         raise TraceError(
             f"{path}: malformed trace event: a time that is not a number ({e})"
         ) from None
 
 
-def _add(builder: _Builder, batch: list[Any], text: _Text) -> None:
+def _add(builder: Any, batch: list[Any], text: _Text) -> None:
+    from trainready.profile.columns import _Event, event_of
+
     try:
-        builder.add_batch(batch)
+        builder.add_batch([b if type(b) is _Event else event_of(b) for b in batch])
     except (KeyError, ValueError, TypeError) as e:
         text.fail(f"malformed trace event ({type(e).__name__}: {e})")
 
@@ -958,9 +639,12 @@ def trace_files(path: str | Path) -> list[Path]:
     return [path]
 
 
-def load(path: str | Path, **limits: Any) -> list[Trace]:
-    """Load a trace file or a directory of per-rank traces; sorted by rank (unique ranks)."""
-    traces = [load_trace(p, **limits) for p in trace_files(path)]
+def load(
+    path: str | Path, loader: Callable[..., Trace] | None = None, **limits: Any
+) -> list[Trace]:
+    """Load a trace file or a directory of per-rank traces; sorted by rank (unique ranks).
+    `loader` reads one file (default `load_trace`; `cache.load_cached` reuses parsed columns)."""
+    traces = [(loader or load_trace)(p, **limits) for p in trace_files(path)]
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):  # files without distributedInfo: number them in order
         for i, t in enumerate(traces):
