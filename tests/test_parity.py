@@ -78,7 +78,9 @@ def test_cpu_fp32_eager_still_judges_every_tensor():
 def test_a_float64_reference_that_is_not_finite_is_unsupported_not_blamed_on_the_device():
     out = _run("nan_in_float64")
     assert out.status == "unsupported"
-    assert out.diagnostics["reason"].startswith("no float64 CPU reference: its loss is nan at step 0")
+    assert out.diagnostics["reason"].startswith(
+        "no float64 CPU reference: its loss is nan at step 0"
+    )
 
 
 def test_cpu_round_trip_is_reported_with_the_op_and_line():
