@@ -75,3 +75,36 @@ def test_parallel_jobs_run_everything(tmp_path):
     kinds = ["ok"] * 6 + ["abort", "ok_after"]
     summary = api.run([SUITE], device="cpu", out=tmp_path, jobs=2, options={"kinds": kinds})
     assert summary.counts["pass"] == 7 and summary.counts["crash"] == 1
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic garbage collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_case_collector_frees_a_cases_cycles_and_later_the_frozen_ones():
+    import gc
+    import weakref
+
+    from trainready.core.worker import CaseCollector
+
+    collector = CaseCollector(every=4)
+    try:
+        made_in_case = _Cycle()
+        dead = weakref.ref(made_in_case)
+        del made_in_case
+        collector.after_case()  # the case's own cycle: freed right after it
+        assert dead() is None
+
+        survivor = _Cycle()  # alive across a collection: frozen with everything else
+        collector.after_case()
+        dies_later = weakref.ref(survivor)
+        del survivor
+        collector.after_case()  # a frozen cycle is not traversed ...
+        assert dies_later() is not None
+        collector.after_case()  # ... until the every-4th full collection
+        assert dies_later() is None
+    finally:
+        gc.unfreeze()
