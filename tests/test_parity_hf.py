@@ -87,3 +87,27 @@ def test_unknown_type_is_a_build_error_naming_it():
 def test_every_type_is_listed_once_and_sorted():
     types = hf.model_types()
     assert types == sorted(set(types)) and "llama" in types and len(types) > 100
+
+
+def test_per_type_fixes_take():
+    dory = hf.tiny_config("dory")  # counts given per layer, not in the doubled "mlp" layout
+    assert (dory.num_hidden_layers, dory.n_recurrent_layers) == (3, 1)
+    assert set(dory.layer_types) == {"sliding_attention", "full_attention"}
+    qwen4 = hf.tiny_config("qwen4_exp")  # the QSA indexer its full-attention layers always build
+    assert qwen4.indexer_budget % qwen4.indexer_compress_ratio == 0 and qwen4.indexer_kv_heads == 1
+    assert hf.tiny_config("cpmant").init_std == hf.HIDDEN**-0.5  # std 1 is for a scaled Linear
+    assistant = hf.tiny_config("gemma4_assistant").text_config
+    assert assistant.hidden_size_per_layer_input == 0
+    assert assistant.num_kv_shared_layers == assistant.num_hidden_layers == hf.LAYERS
+
+
+@pytest.mark.parametrize("model_type", ["dory", "qwen4_exp", "cpmant"])
+def test_fixed_types_build_and_run_forward(model_type):
+    logits = hf.build(model_type)(torch.randint(0, hf.VOCAB_SIZE, (1, 8)))
+    assert logits.shape == (1, 8, hf.VOCAB_SIZE) and logits.isfinite().all()
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
+def test_drafters_are_unsupported_with_the_reason(model_type):
+    with pytest.raises(hf.BuildError, match="speculative-decoding drafter"):
+        hf.build(model_type)

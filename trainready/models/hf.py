@@ -7,8 +7,9 @@ lists cut to the layer count while keeping every distinct layer kind, sizes that
 recomputed (`_derive`: MLA heads, Mamba inner widths), dropout and router noise zeroed -- plus short
 tables of per-type fixes where a config's validators or fixed sizes need them (`ADJUST`), where a
 default config fails its own validator (`DEFAULT_KWARGS`), or where a model needs set-up before its
-first forward (`AFTER_BUILD`). Models use transformers' plain PyTorch attention and expert loops
-("eager"), which also run in float64, so the float64 reference executes the same code.
+first forward (`AFTER_BUILD`); types that build but take no token ids say why (`NO_TOKEN_FORWARD`).
+Models use transformers' plain PyTorch attention and expert loops ("eager"), which also run in
+float64, so the float64 reference executes the same code.
 
     model_types()                 -> the causal-LM types of this transformers, sorted
     tiny_config(model_type)       -> the shrunk PretrainedConfig (raises BuildError with the reason)
@@ -357,6 +358,18 @@ def _blt(d: dict[str, Any]) -> None:
     d["encoder_hash_byte_group_vocab"] = 512
 
 
+# Qwen4-Exp's full-attention layers always build the QSA token indexer, whose sizes default to
+# None: one key head (required), an 8-token budget in blocks of 4, so selection happens at SEQ_LEN.
+# Its hyper-connection bottleneck (320 wide by default) is cut below its 4 x HIDDEN input.
+_QWEN4_EXP_QSA = _set(
+    hc_lowrank=32,
+    indexer_n_heads=HEADS,
+    indexer_kv_heads=1,
+    indexer_head_dim=HEAD_DIM,
+    indexer_budget=8,
+    indexer_compress_ratio=4,
+)
+
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # Default configs that leave a size None which the modeling code needs (transformers 5.x).
     "hunyuan_v1_dense": _set(head_dim=HEAD_DIM),
@@ -371,10 +384,13 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "dbrx": _nested("attn_config", rope_theta=10000.0, clip_qkv=8.0),
     "lfm2_moe": _set(layer_types=["conv", "full_attention"], num_dense_layers=1),
     "cohere_compass_text": _rope_per_layer_type,
-    # Validators tying layer counts together.
+    # Validators tying layer counts together. Dory's `to_dict` writes the released layout (each
+    # layer as an attention block plus an "mlp" block, every count doubled) and its __post_init__
+    # halves all counts whenever "mlp" is listed: give one entry per layer, without "mlp", so the
+    # counts are taken as they are (input 1 + recurrent 1 + output 1 = 3 layers).
     "dory": _set(
         num_hidden_layers=3,
-        layer_types=["sliding_attention", "mlp", "full_attention"],
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         n_input_layers=1,
         n_recurrent_layers=1,
         n_output_layers=1,
@@ -406,15 +422,55 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
         is_decoder=True, axial_pos_embds_dim=[HIDDEN // 2, HIDDEN // 2], axial_pos_shape=[4, 8]
     ),
     "gemma3n_text": _set(num_kv_shared_layers=0),
-    "gemma4_unified_assistant": _set(num_kv_shared_layers=0),
+    # Gemma 4 speculative-decoding drafters: every layer reads the target model's shared KVs, and
+    # the count (in the text config, not cut by the generic shrink) must equal the layer count.
+    "gemma4_assistant": _nested("text_config", num_kv_shared_layers=LAYERS),
+    "gemma4_unified_assistant": _nested("text_config", num_kv_shared_layers=LAYERS),
+    "qwen4_exp": _QWEN4_EXP_QSA,
+    "qwen4_exp_text": _QWEN4_EXP_QSA,
+    # CPM-Ant's init_std=1.0 is the original's (CPM-Live) init for a Linear that divides its output
+    # by sqrt(dim_in); the transformers port uses plain nn.Linear, so std-1 weights make every
+    # projection sqrt(dim_in) too large: attention scores of std ~60 (softmax nearly one-hot),
+    # a residual stream of rms ~600 after one layer, and fp32 gradients 60x less accurate (relative
+    # error 4e-5 vs the usual 6e-7: fail_numerics at any width, worse at the default 4096).
+    # 1/sqrt(HIDDEN) is the original's effective weight scale.
+    "cpmant": _set(init_std=HIDDEN**-0.5),
     # One codebook: the decoder then reads plain [B, T] token ids.
     "musicgen": _set(num_codebooks=1),
     "musicgen_melody": _set(num_codebooks=1),
 }
 
+# Types that stay unsupported or fail for reasons of their own, not of the shrinking (transformers
+# 5.24, eager fp32 on the CPU):
+# - xglm: its attention clamps scores with torch.full((), torch.finfo(dtype).min) without a dtype,
+#   so in float64 the float64 minimum is put in a default-dtype (float32) tensor and overflows: no
+#   float64 reference.
+# - inkling2_text, inkling2_loop_text: the modeling code casts to float32 with `.float()` throughout
+#   (router input, norms, the residual stream), so a float64 model meets float32 activations.
+# - gemma3n: the causal-LM mapping names the multimodal Gemma3nForConditionalGeneration, whose
+#   vision tower is a timm model (needs timm and PIL); its text decoder is the gemma3n_text type.
+# - rwkv (fail_numerics, an honest result): RWKV initialises its embedding at ~1e-4 per entry at
+#   any size (orthogonal, gain 1e-4 sqrt(max(V, H))) and normalises it with pre_ln, whose eps 1e-5
+#   dwarfs the 1e-8 variance, so the embedding gradient is ~316x larger than the rest (rms ~5 vs
+#   ~0.01). Its fp32 relative error (6e-7) is that of every other gradient of the model (5-9e-7,
+#   as in llama); the others pass on allclose's atol, the embedding gradient is too large for it
+#   and is held to twice the error of one rounding (2 x 2.5e-8 relative). Not rescale_every (a no-op under 6
+#   layers and outside eval mode), not the WKV loop's float32 key (a float64 loop fails the same).
+
 # Keyword arguments for the default config itself, where the default fails its own validator.
 DEFAULT_KWARGS: dict[str, dict[str, Any]] = {
-    "gemma4_assistant": {"hidden_size_per_layer_input": 0},
+    # The assistant's validator checks its text config (a Gemma 4 text default, with per-layer
+    # inputs on): no per-layer input embeddings.
+    "gemma4_assistant": {
+        "text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}
+    },
+}
+
+# Types whose causal-LM class builds but cannot be run from token ids alone: the reason.
+NO_TOKEN_FORWARD: dict[str, str] = {
+    t: "a speculative-decoding drafter, not a standalone LM: its forward ignores input_ids and "
+    "needs the target model's inputs_embeds and shared_kv_states"
+    for t in ("gemma4_assistant", "gemma4_unified_assistant")
 }
 
 # Set-up a built model needs before its first forward.
@@ -515,6 +571,8 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
                 AFTER_BUILD[model_type](model)
         except Exception as e:  # noqa: BLE001 - any failure to construct is the finding
             raise BuildError(f"model does not build: {_one_line(e)}") from e
+    if model_type in NO_TOKEN_FORWARD:
+        raise BuildError(f"{type(model).__name__}: {NO_TOKEN_FORWARD[model_type]}")
     return CausalLM(model.float(), model_type)
 
 
