@@ -11,8 +11,9 @@ and data in float64 on the CPU. The numerics probe compares the loss, the logits
 and every parameter after the step (`compare_many`; DESIGN.md's rule), and the loss curve step by
 step (`loss_curve_compare`, tolerance `CURVE_RTOL`). The same-dtype baseline of the rmse rule is
 the CPU running the case eagerly at the case dtype; where that run *is* the device run (eager on
-the CPU) there is none and the probe uses the reference rounded to the dtype -- which in fp32 is
-judged, and in bf16/fp16 only reported for the pre-step tensors (`SELF_BASELINE_NOTE`).
+the CPU) there is none and the probe uses the reference rounded to the dtype -- judged with a
+compounding allowance in fp32 and only reported in bf16/fp16 for the pre-step tensors
+(`_self_baseline`).
 
 Also per case: eager runs the first step twice and reports any difference (non-determinism) and
 records its aten ops, host round-trips and CPU fallbacks (`probes/ops.py`); compile records
@@ -308,9 +309,9 @@ def _check(subject: Subject, ref: Trace, dev: Trace, low: Trace | None, dtype: s
     # The CPU's same-dtype step is judged from its own gradients too: its error against the
     # same expected step is not comparable, so after-step tensors use the rounded baseline.
     _, verdicts = judge(expected, dev.named(), low.named(after_step=False) if low else None, dtype)
-    if low is None and dtype != "fp32":
-        verdicts = {name: _reported(name, v) for name, v in verdicts.items()}
-        out.diagnostics["tensor_rule"] = SELF_BASELINE_NOTE
+    if low is None:  # eager on the CPU: the device is the same-dtype baseline itself
+        verdicts = {name: _self_baseline(name, v, dtype) for name, v in verdicts.items()}
+        out.diagnostics["tensor_rule"] = SELF_BASELINE_NOTE[dtype == "fp32"]
     curve = loss_curve_compare(ref.curve, dev.curve, CURVE_RTOL[dtype])
     worst = _worst(verdicts, WORST_SHOWN)
     out.diagnostics |= {
@@ -338,26 +339,41 @@ def _check(subject: Subject, ref: Trace, dev: Trace, low: Trace | None, dtype: s
     return problems
 
 
-# Eager on the CPU in a low-precision dtype *is* the same-dtype baseline every other device is
-# judged against, so its own loss, logits and gradients have nothing independent to be judged by:
-# the reference rounded to the dtype is the error of one rounding, and a network compounds
-# hundreds (measured on this CPU in bf16: 181 of 211 clean models over the rmse rule's bound,
-# median 2.4x, up to 280x where MoE routing flips). Those errors are reported, not judged; what still fails
-# the case is a shape or non-finite mismatch, a wrong optimizer step, and the loss curve leaving
-# the float64 reference.
+# Eager on the CPU *is* the same-dtype baseline every other device is judged against, so its own
+# loss, logits and gradients have only the reference rounded to the dtype to be judged by: the
+# error of one rounding, where a network compounds hundreds.
+# - fp32: a correct network's gradients carry 5-9e-7 relative error (measured over the HF zoo),
+#   ~15-25 roundings in RMS; most pass on allclose's absolute tolerance, but a large gradient
+#   (rwkv's embedding: rms 4.9) met 2x one rounding and failed at 2.4x of it. So the bound is
+#   COMPOUNDING times the rule's; a real fault is orders past it (the planted 2% backward skew:
+#   ~1e4x), so fp32 stays judged.
+# - bf16/fp16: compounding is no longer separable from faults (bf16 eager: 181 of 211 clean
+#   models past the rule's bound, median 2.4x, up to 280x where MoE routing flips), so the errors
+#   are reported, not judged.
+# Either way the optimizer step, shape and non-finite checks and the loss curve are judged.
+COMPOUNDING = 8.0
+COMPOUNDED_RULE = "rmse_vs_rounded_compounded"
 REPORTED_RULE = "reported_vs_rounded"
-SELF_BASELINE_NOTE = (
-    "the CPU at this dtype is the same-dtype baseline itself: loss, logits and gradient errors "
-    "are reported, not judged (the optimizer step, non-finite values and the loss curve are)"
-)
+SELF_BASELINE_NOTE = {
+    True: f"the CPU is the fp32 baseline itself: loss, logits and gradients may reach "
+    f"{COMPOUNDING:g}x the rounded-reference bound (a network compounds roundings)",
+    False: "the CPU at this dtype is the same-dtype baseline itself: loss, logits and gradient "
+    "errors are reported, not judged (the optimizer step, non-finite values and the loss curve "
+    "are)",
+}
 
 
-def _reported(name: str, v: Verdict) -> Verdict:
-    """A pre-step tensor of the CPU's own low-precision eager run, measured only against the
-    reference rounded to the dtype: its error is reported under its own rule, never a failure."""
+def _self_baseline(name: str, v: Verdict, dtype: str) -> Verdict:
+    """A tensor of the CPU's own eager run: pre-step ones judged by the rounded reference are
+    re-judged with the compounding allowance (fp32) or only reported (bf16/fp16)."""
     if v.rule != "rmse_vs_rounded" or name.endswith(".after_step"):
         return v
-    return dataclasses.replace(v, ok=True, rule=REPORTED_RULE)
+    if dtype != "fp32":
+        return dataclasses.replace(v, ok=True, rule=REPORTED_RULE)
+    bound = COMPOUNDING * v.threshold
+    return dataclasses.replace(
+        v, ok=v.errors["rmse"] <= bound, rule=COMPOUNDED_RULE, threshold=bound
+    )
 
 
 def _against_baseline(ref: str, case: Case, dtype: str, out: Outcome) -> list[str]:
