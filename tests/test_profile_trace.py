@@ -292,3 +292,64 @@ def test_a_stray_value_deep_in_a_large_array_is_one_clear_error(tmp_path):
     with pytest.raises(TraceError, match="not a JSON object") as err:
         load_trace(path)
     assert "\n" not in str(err.value)
+
+
+def test_fast_time_parsing_matches_the_exact_slow_path():
+    import random
+
+    import msgspec
+
+    from trainready.profile.columns import _ns_each, ns_array
+
+    rng = random.Random(0)
+    texts = ["0", "7", "0.5", "63.8135", "0.00045", "0.00055", "12.3456789012345678"]
+    for _ in range(300):
+        whole = str(rng.randrange(0, 10 ** rng.randrange(1, 17)))
+        places = rng.randrange(0, 7)
+        decimals = "".join(rng.choice("0123456789") for _ in range(places))
+        texts.append(f"{whole}.{decimals}" if places else whole)
+    decimals = [t for t in texts if "." in t]
+    ints = [t for t in texts if "." not in t]
+    for group in (decimals, ints, texts, ["-1.5", "2.25"], ["1e3", "1.5"], ['"12.5"']):
+        raws = [msgspec.Raw(t.encode()) for t in group]
+        plain = [msgspec.json.Decoder(float_hook=str).decode(t.encode()) for t in group]
+        assert ns_array(raws).tolist() == _ns_each(plain).tolist(), group
+
+
+def test_compact_json_matches_json_dumps():
+    from trainready.profile.columns import compact_json
+
+    cases = [b"[[64, 512], [512, 512]]", b'["float", "float"]', b'["", "1", "False"]',
+             b"[128, 1, 1]", b"[-0]", b"[-1, -2]", b'["a b", "c\\"d"]', b"[1.5, 2]",
+             b'{"a": 1, "a": 2}', '["\u00e9"]'.encode(), b'["\x7f"]', b"[[], [ ]]",
+             b'[ "x" , [ 1 , 2 ] ]', b'"plain"', b"12", b"[true, null]", b"[1e5]"]  # fmt: skip
+    for raw in cases:
+        expected = json.dumps(json.loads(raw, parse_float=str), separators=(",", ":"))
+        assert compact_json(raw) == expected, raw
+
+
+def test_gzip_members_padding_and_the_zlib_fallback(tmp_path, monkeypatch):
+    import zlib
+
+    events = [cpu(f"op{i}", i, 1, **{"External id": i}) for i in range(3000)]
+    text = json.dumps(document(events)).encode()
+    half = len(text) // 2
+    path = tmp_path / "t.json.gz"  # two gzip members and zero padding, as gzip reads them
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]) + b"\0" * 8)
+    first = load_trace(path)
+    assert len(first) == 3000 and first.external_id.tolist() == list(range(3000))
+    monkeypatch.setattr(T, "_inflate_lib", zlib)  # without isal
+    again = load_trace(path)
+    assert again.ts.tolist() == first.ts.tolist() and again.text_bytes == len(text)
+    path.write_bytes(gzip.compress(text) + b"junk")
+    with pytest.raises(TraceError, match="corrupt or truncated gzip"):
+        load_trace(path)
+
+
+def test_phases_of_other_kinds_are_counted_not_loaded(tmp_path):
+    events = [cpu("a", 0, 1), {"ph": "C", "name": "c", "pid": 1, "ts": 1, "args": {"v": 1}},
+              {"ph": "Q", "name": "odd", "ts": 2}, {"name": "no phase", "ts": 3},
+              {"ph": "X", "name": "b", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 4, "dur": 1,
+               "args": None}]  # fmt: skip
+    t = load_trace(write(tmp_path / "t.json", document(events)))
+    assert t.names() == ["a", "b"] and t.skipped == {"C": 1, "Q": 1, "None": 1}

@@ -1,21 +1,25 @@
 """Decoded trace events -> the `Trace` columns, a batch at a time (the loader's inner half).
 
-`trace.py` streams the file and cuts the traceEvents array into ~2 MiB slices of whole events;
-each slice is decoded here by msgspec into `_Event` structs that hold only the fields the columns
-use (the decoder skips every other key without building an object, and the structs are not
-tracked by the garbage collector). Each column is then built per batch by one C-level pass
-(`map` over an attrgetter, interning through a dict) and numpy, never with a Python loop per
-event: that loop was most of the load time.
+`trace.py` streams the file and cuts the traceEvents array into ~256 KiB slices of whole events;
+each slice is decoded here by msgspec into one struct per event, of a type per phase (a tagged
+union on "ph": a slice, a flow arrow, an instant...) holding only the fields the loader reads
+from that phase (the decoder skips every other key without building an object, and the structs
+are not tracked by the garbage collector). The columns are then built per batch with C-level
+passes and numpy, never with a Python loop per event: `msgspec.structs.astuple` + `zip` turn
+the structs into one tuple per field, and each distinct (name, category, thread, stream) of a
+slice, or (phase, category, thread, binding) of a flow, is looked up once in a dict per event.
 
-Times stay exact: floats reach us as their JSON text (`float_hook=str`), and `ns_array` turns
-that text into int64 ns with numpy's string ufuncs (no float on the way).
+Times stay exact: they reach us as their JSON text (`msgspec.Raw`), and `ns_array` parses the
+whole batch's texts with one numpy call (integers, and the decimals as integers behind a
+leading 1: no float on the way).
 """
 
 from __future__ import annotations
 
 import json
-from operator import attrgetter
-from typing import Any
+from itertools import compress, repeat
+from operator import is_not
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -40,10 +44,12 @@ from trainready.profile.trace import (
 )
 
 _NO_RAW = Raw()
+_ZERO = Raw(b"0")
 
 
-class _Args(msgspec.Struct, gc=False):
-    """The args the columns keep; ids and counts as written, JSON-valued ones as raw text."""
+class _Args(msgspec.Struct, gc=False, frozen=True):
+    """The args of a slice the columns keep; ids and counts as written, JSON-valued ones as raw
+    text. The field order is the order `Builder` reads them in (`astuple`)."""
 
     correlation: Any = -1
     external_id: Any = field(default=-1, name="External id")
@@ -61,8 +67,11 @@ class _Args(msgspec.Struct, gc=False):
     block: Raw = _NO_RAW
     stream: Any = UNSET  # device rows: the stream / device of the row (default: tid / pid)
     device: Any = UNSET
-    label: Any = field(default="", name="name")  # process_name / thread_name metadata
-    # allocator events ("[memory]" instants)
+
+
+class _MemoryArgs(msgspec.Struct, gc=False, frozen=True):
+    """Args of an allocator event ("[memory]" instant)."""
+
     addr: Any = field(default=-1, name="Addr")
     mem_bytes: Any = field(default=0, name="Bytes")
     total_allocated: Any = field(default=-1, name="Total Allocated")
@@ -71,38 +80,127 @@ class _Args(msgspec.Struct, gc=False):
     device_id: Any = field(default=-1, name="Device Id")
 
 
+class _MetaArgs(msgspec.Struct, gc=False, frozen=True):
+    label: Any = field(default="", name="name")  # process_name / thread_name metadata
+
+
 _NO_ARGS = _Args()
+_NO_MEMORY_ARGS = _MemoryArgs()
+_NO_META_ARGS = _MetaArgs()
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
+# Events: one struct per phase ("ph", the tag msgspec picks the struct by), holding only the fields
+# the loader reads from that phase, in the order `Builder` reads them (`astuple`). Args are None
+# only where the file says "args": null.
+class _Event(msgspec.Struct, gc=False, tag_field="ph"):
+    @property
+    def ph(self) -> Any:
+        return self.__struct_config__.tag
+
+
+class _Slice(_Event, tag="X"):
     name: Any = ""
     cat: Any = ""
     pid: Any = 0
     tid: Any = 0
-    ts: Any = None
-    dur: Any = 0
-    args: _Args | None = None
+    ts: Raw = None  # times as their JSON text (exact; see ns_array)
+    dur: Raw = _ZERO
+    args: _Args | None = _NO_ARGS
+
+
+class _Begin(_Event, tag="B"):
+    name: Any = ""
+    cat: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Raw = None
+    args: _Args | None = _NO_ARGS
+
+
+class _End(_Begin, tag="E"):
+    pass
+
+
+class _FlowStart(_Event, tag="s"):
+    cat: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Raw = None
     id: Any = -1
     bp: Any = None
 
 
-BATCH_DECODER = msgspec.json.Decoder(list[_Event], float_hook=str)
+class _FlowStep(_FlowStart, tag="t"):
+    pass
+
+
+class _FlowEnd(_FlowStart, tag="f"):
+    pass
+
+
+class _Instant(_Event, tag="i"):
+    name: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Raw = None
+    args: _MemoryArgs | None = _NO_MEMORY_ARGS
+
+
+class _GlobalInstant(_Instant, tag="I"):
+    pass
+
+
+class _Metadata(_Event, tag="M"):
+    name: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    args: _MetaArgs | None = _NO_META_ARGS
+
+
+class _Odd(msgspec.Struct, gc=False):
+    """An event of another phase (counted as skipped), or of none."""
+
+    ph: Any = None
+
+
+# The other phases of the Chrome trace format: counted, not loaded.
+_SKIPPED = tuple(type(f"_Phase_{ph}", (_Event,), {}, tag=ph) for ph in "CbneSTpFPNODVvRc()")
+_EVENT_TYPES = (_Slice, _Begin, _End, _FlowStart, _FlowStep, _FlowEnd, _Instant, _GlobalInstant,
+                _Metadata, *_SKIPPED)  # fmt: skip
+_AnyEvent = Union[_EVENT_TYPES]  # noqa: UP007 - a runtime union of the tuple
+# Per event type: 0 slice, 1 flow, 2 instant, 3 other (metadata, begin/end, skipped), 4 odd.
+_GROUP = {t: 3 for t in _EVENT_TYPES} | {_Slice: 0, _FlowStart: 1, _FlowStep: 1, _FlowEnd: 1,
+                                         _Instant: 2, _GlobalInstant: 2, _Odd: 4}  # fmt: skip
+_PHASE_CODE = {_FlowStart: ord("s"), _FlowStep: ord("t"), _FlowEnd: ord("f")}
+_SLICE_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
+_FLOW_FIELDS = ("cat", "pid", "tid", "ts", "id", "bp")
+
+BATCH_DECODER = msgspec.json.Decoder(list[_AnyEvent], float_hook=str)
+_VALUE = msgspec.json.Decoder(float_hook=str)  # one time's text -> int, or str for a decimal
 _RAW_LIST = msgspec.json.Decoder(list[Raw])
-_ONE_EVENT = msgspec.json.Decoder(_Event, float_hook=str)
+_ONE_EVENT = msgspec.json.Decoder(_AnyEvent, float_hook=str)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 INT_COLUMNS = ("correlation", "external_id", "seq", "fwd_tid", "nbytes", "python_id",
                "python_parent", "wait_stream", "wait_record_corr")  # fmt: skip
 JSON_COLUMNS = ("input_dims", "input_types", "concrete_inputs", "grid", "block")
-_FLOW_PHASES = frozenset("stf")
-_GET = {f: attrgetter(f) for f in (*_Event.__struct_fields__, *_Args.__struct_fields__)}
+_astuple = msgspec.structs.astuple
+_N_INT = len(INT_COLUMNS)
+_N_KEPT = _N_INT + len(JSON_COLUMNS)
+assert _Args.__struct_fields__ == (*INT_COLUMNS, *JSON_COLUMNS, "stream", "device")
+assert _Slice.__struct_fields__ == _SLICE_FIELDS and _FlowStart.__struct_fields__ == _FLOW_FIELDS
 
 
-def decode_batch(text: str) -> list[_Event] | None:
+def _fields(structs: list[Any] | tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The structs' fields as one tuple per field (one C-level pass over the structs)."""
+    return list(zip(*map(_astuple, structs), strict=True))
+
+
+def decode_batch(text: bytes) -> list[Any] | None:
     """The events of a JSON array text, or None when it is not one (the caller then goes
     element by element, which also places an error). An event whose fields have unexpected
-    types (e.g. args that is not an object) is decoded on its own, leniently."""
+    types (e.g. args that is not an object, a phase of no known kind) is decoded on its own,
+    leniently."""
     try:
         return BATCH_DECODER.decode(text)
     except msgspec.ValidationError:
@@ -125,14 +223,45 @@ def decode_batch(text: str) -> list[_Event] | None:
     return out
 
 
-def event_of(obj: Any) -> _Event:
+def is_event(value: Any) -> bool:
+    """Whether `value` is a decoded event (else a plain JSON value for `event_of`)."""
+    return type(value) in _GROUP
+
+
+def event_of(obj: Any) -> Any:
     """An event from a plain decoded JSON value (floats kept as text); args that are not an
     object are dropped, as a missing args would be."""
     if type(obj) is not dict:
         raise ValueError("a trace event that is not a JSON object")
     if "args" in obj and type(obj["args"]) is not dict:
         obj = {k: v for k, v in obj.items() if k != "args"}
-    return _ONE_EVENT.decode(msgspec.json.encode(obj))
+    try:
+        return _ONE_EVENT.decode(msgspec.json.encode(obj))
+    except msgspec.ValidationError:  # a phase of no known kind, or none
+        return _Odd(obj.get("ph"))
+
+
+# -- JSON-valued args ------------------------------------------------------------------------------
+_JSON_DECODER = json.JSONDecoder(parse_float=str)
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_PLAIN_OUTSIDE = b"[],-0123456789 \t\r\n"  # outside strings: arrays of integers only
+_WHITESPACE = b" \t\r\n"
+
+
+def compact_json(raw: bytes) -> str:
+    """A JSON value (valid: msgspec checked it) as compact text, floats as quoted strings of
+    their exact text: `json.dumps(json.loads(raw, parse_float=str), separators=(",", ":"))`.
+
+    Kineto's shapes, dtypes and launch geometry (arrays of integers and of plain strings) take
+    a shortcut with the same result: dropping the whitespace between tokens."""
+    if raw.isascii() and b"\\" not in raw and b"\x7f" not in raw and b"-0" not in raw:
+        parts = raw.split(b'"')  # even parts lie outside strings (no escaped quotes)
+        outside = parts[0::2]
+        if not b"".join(outside).translate(None, _PLAIN_OUTSIDE):
+            parts[0::2] = [p.translate(None, _WHITESPACE) for p in outside]
+            return b'"'.join(parts).decode("ascii")
+    value = _JSON_DECODER.decode(raw.decode())
+    return _JSON_ENCODER.encode(value)
 
 
 # -- exact times -----------------------------------------------------------------------------------
@@ -145,16 +274,68 @@ if _STRINGS is not None and not all(
     _STRINGS = None
 
 
-def ns_array(raw: list[Any]) -> np.ndarray:
-    """Kineto times (us: ints, or the exact decimal text of a float) -> int64 ns, rounded half
-    up at the fourth decimal. Raises ValueError for anything that is not a number."""
+_P10 = 10 ** np.arange(19, dtype=np.int64)
+_DIGITS = b"0123456789"
+
+
+def ns_array(raw: list[Any] | tuple[Any, ...]) -> np.ndarray:
+    """Kineto times in us (their JSON text as `Raw`, or plain values: ints, decimal text) ->
+    int64 ns, rounded half up at the fourth decimal. Raises ValueError for anything that is not
+    a number."""
     if not raw:
         return np.zeros(0, dtype=np.int64)
     try:
-        if type(raw[0]) is int:  # whole microseconds (older Kineto)
-            us = np.array(raw, dtype=np.int64)
-            if np.abs(us).max() <= _MAX_WHOLE:
+        return _ns_plain(raw)
+    except (ValueError, TypeError):
+        pass
+    values = [_VALUE.decode(v) if type(v) is Raw else v for v in raw]
+    if type(values[0]) is int:  # whole microseconds
+        try:
+            us = np.array(values, dtype=np.int64)
+            if us.ndim == 1 and np.abs(us).max() <= _MAX_WHOLE:
                 return us * 1000
+        except (ValueError, TypeError, OverflowError):
+            pass
+    return _ns_strings(values)
+
+
+def _ns_plain(raw: list[Any] | tuple[Any, ...]) -> np.ndarray:
+    """The common cases: all times are plain non-negative decimals ("123.456"), or all are
+    non-negative integers (whole us, older Kineto).
+
+    The texts are joined with spaces and numpy parses the lot in one C call. For decimals each
+    '.' becomes " 1" first: whole microseconds, then the decimals behind a leading 1 (which
+    keeps their count). Anything else (a sign, an exponent, a mix, a text that is not one
+    number) raises ValueError or TypeError for the general path."""
+    n = len(raw)
+    text = b" ".join(raw)  # TypeError unless all are Raw / bytes
+    shape = text.translate(None, _DIGITS)
+    if shape == b" " * (n - 1):  # integers
+        us = np.fromstring(text, dtype=np.int64, sep=" ")
+        if us.shape != (n,) or us.max() > _MAX_WHOLE:
+            raise ValueError("not plain integers")
+        return us * 1000
+    if shape != b". " * (n - 1) + b".":  # one dot in each, only digits
+        raise ValueError("not plain decimals")
+    parts = np.fromstring(text.replace(b".", b" 1"), dtype=np.int64, sep=" ")
+    if parts.shape != (2 * n,):
+        raise ValueError("not plain decimals")  # an empty whole part (".5")
+    us, frac = parts[0::2], parts[1::2]
+    # Overflowing texts saturate at the int64 maximum, which fails these bounds.
+    if us.max() > _MAX_WHOLE or frac.max() >= _P10[18]:
+        raise ValueError("out of range")
+    places = np.searchsorted(_P10, frac, side="right") - 1  # decimals written
+    frac4 = np.where(  # the first four decimals, as an integer 0..9999
+        places <= 4,
+        (frac - _P10[places]) * _P10[4 - np.minimum(places, 4)],
+        frac // _P10[np.maximum(places - 4, 0)] - 10_000,
+    )
+    return us * 1000 + (frac4 + 5) // 10
+
+
+def _ns_strings(raw: list[Any]) -> np.ndarray:
+    """Signed decimals through numpy's string functions; anything odder one by one."""
+    try:
         if _STRINGS is None:
             raise ValueError("numpy without string ufuncs")
         text = np.array(raw, dtype="S")  # decimal text, as the decoder kept it
@@ -232,10 +413,16 @@ class Builder:
         self.track_ids: dict[tuple, int] = {}
         self.slots: list[tuple[int, int, int]] = []  # (cat id, kind, track)
         self.slot_ids = _Ids(self._slot)  # (cat, pid, tid, stream, device) -> slot
+        # (name, cat, pid, tid, stream, device) -> row of self.kinds: (name id, slot)
+        self.kinds: list[tuple[int, int]] = []
+        self.kind_ids = _Ids(self._kind)
         self.flow_keys = _Ids(lambda key: len(self.flow_keys))  # (pid, tid) -> key
+        # (phase, cat, pid, tid, bp) -> row of self.flow_kinds: (phase, cat id, key, bind)
+        self.flow_kinds: list[tuple[int, int, int, int]] = []
+        self.flow_kind_ids = _Ids(self._flow_kind)
         self.cols = {c: _Column(np.int64) for c in ("ts", "dur", *INT_COLUMNS)}
-        self.cols |= {c: _Column(np.int32) for c in ("name", "slot", *JSON_COLUMNS)}
-        self.flows = {c: _Column(np.int64) for c in ("id", "cat", "phase", "ts", "key", "bind")}
+        self.cols |= {c: _Column(np.int32) for c in ("kind", *JSON_COLUMNS)}
+        self.flows = {c: _Column(np.int64) for c in ("id", "kind", "ts")}
         self.memory = {c: _Column(np.int64) for c in
                        ("ts", "addr", "nbytes", "alloc", "reserved", "dt", "di", "track")}  # fmt: skip
         self.instants: dict[str, list[Any]] = {"ts": [], "name": [], "track": []}
@@ -254,9 +441,7 @@ class Builder:
         return sid
 
     def _intern_json(self, raw: bytes) -> int:
-        # Compact JSON, numbers as written (floats kept as text, as the rest of the loader does).
-        value = json.loads(raw, parse_float=str)
-        return self.intern(json.dumps(value, separators=(",", ":")))
+        return self.intern(compact_json(raw))
 
     def host_track(self, pid: Any, tid: Any) -> int:
         key = (pid, tid)
@@ -285,104 +470,128 @@ class Builder:
         self.slots.append((self.intern(cat_text), kind, track))
         return len(self.slots) - 1
 
+    def _kind(self, key: tuple) -> int:
+        """(name, cat, pid, tid[, stream, device]) -> a new row of self.kinds."""
+        slot = key[1:] if len(key) == 6 else (*key[1:], UNSET, UNSET)
+        self.kinds.append((self.names[key[0]], self.slot_ids[slot]))
+        return len(self.kinds) - 1
+
+    def _flow_kind(self, key: tuple) -> int:
+        phase, cat, pid, tid, bp = key
+        self.flow_kinds.append((phase, self.names[cat], self.flow_keys[pid, tid], bp == "e"))
+        return len(self.flow_kinds) - 1
+
     # -- batches -----------------------------------------------------------------------------------
-    def add_batch(self, events: list[_Event]) -> None:
-        phs = [e.ph for e in events]
-        if phs.count("X") == len(phs):
+    def add_batch(self, events: list[Any]) -> None:
+        types = list(map(type, events))
+        n = len(types)
+        if types.count(_Slice) == n:
             self._slices(events)
             return
+        group = np.fromiter(map(_GROUP.__getitem__, types), np.int8, n)
+        is_slice = group == 0
         before = self.rows
-        self._slices([e for e, p in zip(events, phs, strict=True) if p == "X"])
-        rest = [i for i, p in enumerate(phs) if p != "X"]
-        self._flows([events[i] for i in rest if phs[i] in _FLOW_PHASES])
-        memory, other = [], []
-        for k, i in enumerate(rest):
-            e = events[i]
-            if e.ph in _FLOW_PHASES:
-                continue
-            if e.ph in ("i", "I") and e.name == "[memory]":
-                memory.append(e)
-            else:
-                other.append((before + i - k, e))  # X rows before it in the file
-        self._memory(memory)
-        for x_before, e in other:
-            self._other(e, x_before)
+        self._slices(list(compress(events, is_slice.tolist())))
+        self._flows(list(compress(events, (group == 1).tolist())))
+        rest = np.flatnonzero(group >= 2)
+        if rest.size:  # instants, metadata, begin/end pairs, skipped phases: few
+            x_before = before + np.cumsum(is_slice)[rest]  # X rows before each in the file
+            memory = []
+            for i, x in zip(rest.tolist(), x_before.tolist(), strict=True):
+                e = events[i]
+                if group[i] == 2 and e.name == "[memory]":
+                    memory.append(e)
+                else:
+                    self._other(e, x)
+            self._memory(memory)
 
-    def _slices(self, xs: list[_Event]) -> None:
+    def _slices(self, xs: list[_Slice]) -> None:
         n = len(xs)
         if not n:
             return
         cols = self.cols
-        cols["ts"].add(ns_array(list(map(_GET["ts"], xs))))
-        cols["dur"].add(ns_array(list(map(_GET["dur"], xs))))
-        cols["name"].add(
-            np.fromiter(map(self.names.__getitem__, map(_GET["name"], xs)), np.int32, n)
-        )
-        args = [_NO_ARGS if a is None else a for a in map(_GET["args"], xs)]
-        keys = zip(map(_GET["cat"], xs), map(_GET["pid"], xs), map(_GET["tid"], xs),
-                   map(_GET["stream"], args), map(_GET["device"], args), strict=False)  # fmt: skip
-        cols["slot"].add(np.fromiter(map(self.slot_ids.__getitem__, keys), np.int32, n))
-        # One C-level pass per column (no Python frame per event); columns a batch never sets
-        # (most of them: each kind of event has its own few args) cost one count.
-        for c in INT_COLUMNS:
-            values = list(map(_GET[c], args))
+        name, cat, pid, tid, ts, dur, args = _fields(xs)
+        try:  # both in one parse when both are plain decimals (or both integers)
+            times = _ns_plain(ts + dur)
+            cols["ts"].add(times[:n])
+            cols["dur"].add(times[n:])
+        except (ValueError, TypeError):
+            cols["ts"].add(ns_array(ts))
+            cols["dur"].add(ns_array(dur))
+        if None in args:  # "args": null
+            args = [_NO_ARGS if a is None else a for a in args]
+        kept = _fields(args)
+        stream, device = kept[_N_KEPT], kept[_N_KEPT + 1]
+        if stream.count(UNSET) == n and device.count(UNSET) == n:  # host rows: a shorter key
+            keys = zip(name, cat, pid, tid, strict=True)
+        else:
+            keys = zip(name, cat, pid, tid, stream, device, strict=True)
+        cols["kind"].add(np.fromiter(map(self.kind_ids.__getitem__, keys), np.int32, n))
+        # Columns a batch never sets (most of them: each kind of event has its own few args)
+        # cost one count.
+        for c, values in zip(INT_COLUMNS, kept, strict=False):
             cols[c].add(n if values.count(-1) == n else int_array(values))
         json_id = self.json_ids.__getitem__
-        for c in JSON_COLUMNS:
-            raws = list(map(_GET[c], args))
-            if raws.count(_NO_RAW) == n:
+        for c, raws in zip(JSON_COLUMNS, kept[_N_INT:], strict=False):
+            absent = raws.count(_NO_RAW)
+            if absent == n:
                 cols[c].add(n)
-            else:
+            elif not absent:
                 cols[c].add(np.fromiter(map(json_id, map(bytes, raws)), np.int32, n))
+            else:  # look up only the values present (e.g. the kernels' launch geometry)
+                present = np.fromiter(map(is_not, raws, repeat(_NO_RAW)), bool, n)
+                ids = np.full(n, -1, np.int32)
+                values = compress(raws, present.tolist())
+                ids[present] = np.fromiter(map(json_id, map(bytes, values)), np.int32, n - absent)
+                cols[c].add(ids)
         self.rows += n
 
-    def _flows(self, fs: list[_Event]) -> None:
-        if not fs:
+    def _flows(self, fs: list[_FlowStart]) -> None:
+        n = len(fs)
+        if not n:
             return
+        cat, pid, tid, ts, ids, bp = _fields(fs)
         f = self.flows
-        f["id"].add(int_array([e.id for e in fs]))
-        f["cat"].add(np.fromiter(map(self.names.__getitem__, [e.cat for e in fs]), np.int64))
-        f["phase"].add(np.array([ord(e.ph) for e in fs], np.int64))
-        f["ts"].add(ns_array([0 if e.ts is None else e.ts for e in fs]))
-        keys = zip([e.pid for e in fs], [e.tid for e in fs], strict=True)
-        f["key"].add(np.fromiter(map(self.flow_keys.__getitem__, keys), np.int64))
-        f["bind"].add(np.array([e.bp == "e" for e in fs], np.int64))
+        f["id"].add(int_array(ids))
+        f["ts"].add(ns_array([_ZERO if t is None else t for t in ts] if None in ts else ts))
+        keys = zip(map(_PHASE_CODE.__getitem__, map(type, fs)), cat, pid, tid, bp, strict=True)
+        f["kind"].add(np.fromiter(map(self.flow_kind_ids.__getitem__, keys), np.int64, n))
 
-    def _memory(self, ms: list[_Event]) -> None:
+    def _memory(self, ms: list[_Instant]) -> None:
         if not ms:
             return
         m = self.memory
-        args = [_NO_ARGS if e.args is None else e.args for e in ms]
-        m["ts"].add(ns_array([0 if e.ts is None else e.ts for e in ms]))
+        args = [_NO_MEMORY_ARGS if e.args is None else e.args for e in ms]
+        m["ts"].add(ns_array([_ZERO if e.ts is None else e.ts for e in ms]))
         for col, attr in (("addr", "addr"), ("nbytes", "mem_bytes"), ("alloc", "total_allocated"),
                           ("reserved", "total_reserved"), ("dt", "device_type"),
                           ("di", "device_id")):  # fmt: skip
             m[col].add(int_array([getattr(a, attr) for a in args]))
         m["track"].add(np.array([self.host_track(e.pid, e.tid) for e in ms], np.int64))
 
-    def _other(self, ev: _Event, x_before: int) -> None:
-        ph = ev.ph
-        if ph in ("i", "I"):
+    def _other(self, ev: Any, x_before: int) -> None:
+        kind = type(ev)
+        if kind is _Instant or kind is _GlobalInstant:
             i = self.instants
-            i["ts"].append(0 if ev.ts is None else ev.ts)
+            i["ts"].append(_ZERO if ev.ts is None else ev.ts)
             i["name"].append(self.names[ev.name])
             i["track"].append(self.host_track(ev.pid, ev.tid))
-        elif ph == "M":
-            label = str((ev.args or _NO_ARGS).label)
+        elif kind is _Metadata:
+            label = str((ev.args or _NO_META_ARGS).label)
             if ev.name == "process_name":
                 self.process_names[ev.pid] = label
             elif ev.name == "thread_name":
                 self.thread_names[(ev.pid, ev.tid)] = label
-        elif ph == "B":
+        elif kind is _Begin:
             self.open_slices.setdefault((ev.pid, ev.tid), []).append(ev)
-        elif ph == "E":
+        elif kind is _End:
             stack = self.open_slices.get((ev.pid, ev.tid))
             if stack:
                 self.closed.append((x_before, _close(stack.pop(), ev)))
             else:
                 self.skipped["E"] = self.skipped.get("E", 0) + 1
         else:
-            key = str(ph)
+            key = str(ev.ph)
             self.skipped[key] = self.skipped.get(key, 0) + 1
 
     # -- the trace ---------------------------------------------------------------------------------
@@ -395,10 +604,14 @@ class Builder:
             key = np.r_[2 * np.arange(x_rows) + 1, 2 * np.array([x for x, _ in self.closed])]
             order = np.argsort(key, kind="stable")
             cols = {c: v[order] for c, v in cols.items()}
-        slots = np.array(self.slots or [(0, 0, 0)], dtype=np.int64)[cols.pop("slot")]
+        kinds = np.array(self.kinds or [(0, 0)], dtype=np.int64)[cols.pop("kind")]
+        cols["name"] = kinds[:, 0].astype(np.int32)
+        slots = np.array(self.slots or [(0, 0, 0)], dtype=np.int64)[kinds[:, 1]]
         kind = slots[:, 1].astype(np.int8)
         self._mtia_syncs(kind, slots[:, 0], cols["name"])
         f = {c: col.array() for c, col in self.flows.items()}
+        flow_kinds = np.array(self.flow_kinds or [(0, 0, 0, 0)], dtype=np.int64)[f.pop("kind")]
+        f["phase"], f["cat"], f["key"], f["bind"] = flow_kinds.T
         m = {c: col.array() for c, col in self.memory.items()}
         ins = self.instants
         tracks = []
@@ -465,7 +678,11 @@ class Builder:
         return out
 
 
-def _close(begin: _Event, end: _Event) -> _Event:
+def _time(raw: Any) -> Any:
+    return _VALUE.decode(raw) if type(raw) is Raw else raw
+
+
+def _close(begin: _Begin, end: _End) -> _Slice:
     """A B/E pair as one complete slice: the end's args over the begin's."""
     args = begin.args or _NO_ARGS
     if end.args is not None:
@@ -475,6 +692,6 @@ def _close(begin: _Event, end: _Event) -> _Event:
             if (v := getattr(end.args, f)) is not getattr(_NO_ARGS, f) and v != getattr(_NO_ARGS, f)
         }
         args = msgspec.structs.replace(args, **changed)
-    dur_ns = max(0, _ns(end.ts) - _ns(begin.ts))
-    dur = f"{dur_ns // 1000}.{dur_ns % 1000:03d}"
-    return msgspec.structs.replace(begin, ph="X", dur=dur, args=args)
+    dur_ns = max(0, _ns(_time(end.ts)) - _ns(_time(begin.ts)))
+    dur = Raw(f"{dur_ns // 1000}.{dur_ns % 1000:03d}".encode())
+    return _Slice(begin.name, begin.cat, begin.pid, begin.tid, begin.ts, dur, args)

@@ -37,16 +37,17 @@ Side tables: `flows` (flow arrows: ac2g launch -> kernel, fwdbwd forward -> back
 `memory` (allocator events "[memory]"), `instants` (other instant events), `meta` (the top-level
 keys of the file other than traceEvents: deviceProperties, distributedInfo, ...).
 
-Loading streams the (optionally gzipped) file in chunks, decodes ~2 MiB of events at a time and
-keeps only the columns, so peak memory is the columns plus one batch. A gzip bomb is refused once the decompressed size passes
-`max_bytes` or the compression ratio passes `max_ratio`. Corrupt, truncated or non-trace JSON
-raises `TraceError` with one line naming the file and the problem.
+Loading streams the (optionally gzipped: ISA-L's inflate when `isal` is installed, else zlib)
+file in chunks, decodes ~256 KiB of events at a time (small batches stay in the CPU's cache) and
+keeps only the columns, so peak memory is the columns plus one batch. A gzip bomb is refused once
+the decompressed size passes `max_bytes` or the compression ratio passes `max_ratio`. Corrupt,
+truncated or non-trace JSON raises `TraceError` with one line naming the file and the problem.
 """
 
 from __future__ import annotations
 
 import codecs
-import gzip
+import gc
 import json
 import re
 import zlib
@@ -65,8 +66,8 @@ MiB = 1 << 20
 DEFAULT_MAX_BYTES = 16 * GiB  # decompressed JSON text
 DEFAULT_MAX_RATIO = 500  # decompressed / compressed; real Kineto traces gzip 8-30x
 _RATIO_GRACE_BYTES = 64 * MiB  # below this, any ratio is fine (small files of whitespace)
-_CHUNK_BYTES = 4 * MiB
-_LOOKAHEAD_CHARS = 1 * MiB  # keep at least this much undecoded text buffered before an event
+_CHUNK_BYTES = 256 << 10
+_LOOKAHEAD_CHARS = 64 << 10  # keep at least this much undecoded text buffered past a batch
 _MAX_VALUE_CHARS = 256 * MiB  # one JSON value (event or metadata) larger than this is refused
 
 # -- event kinds -----------------------------------------------------------------------------------
@@ -340,8 +341,15 @@ def _int(value: Any) -> int:
     return -1
 
 
-_SEP = re.compile(r"\s*([,\]])\s*")
-_WS = re.compile(r"\s*")
+_SEP = re.compile(rb"\s*([,\]])\s*")
+_WS = re.compile(rb"\s*")
+
+try:  # ISA-L's inflate reads the same gzip streams as zlib, several times faster
+    from isal import isal_zlib as _inflate_lib
+except ImportError:  # pragma: no cover - depends on the environment
+    _inflate_lib = zlib
+_INFLATE_ERRORS = (zlib.error, getattr(_inflate_lib, "error", zlib.error), EOFError)
+_IN_BYTES = 256 << 10  # compressed bytes read at a time
 
 
 def check_limits(
@@ -358,7 +366,10 @@ def check_limits(
 
 
 class _Reader:
-    """Streams decompressed text with bounds on total size and compression ratio."""
+    """Streams the decompressed bytes (checked to be UTF-8) with bounds on total size and
+    compression ratio. Gzip (one or more members, as `gzip` reads them) is inflated here in
+    bounded steps, with ISA-L when `isal` is installed, else zlib; both check each member's
+    CRC and length."""
 
     def __init__(self, path: Path, max_bytes: int, max_ratio: float):
         self.path = path
@@ -366,122 +377,165 @@ class _Reader:
         self.max_ratio = max_ratio
         raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._raw = raw
-        magic = raw.read(2)
+        self._gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
-        self._gz = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else None
-        self._src: BinaryIO = self._gz if self._gz is not None else raw
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._inflate = _inflate_lib.decompressobj(31) if self._gz else None
+        self._pending = b""  # compressed bytes not yet given to the current member's inflater
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self.total = 0
         self.eof = False
 
-    def read(self) -> str:
+    def _inflated(self) -> bytes:
+        """The next piece of decompressed data (at most _CHUNK_BYTES); b"" after the last member."""
+        while True:
+            if not self._pending:
+                self._pending = self._raw.read(_IN_BYTES)
+                if not self._pending:
+                    if not self._inflate.eof:
+                        raise EOFError("compressed file ended before the end-of-stream marker")
+                    return b""
+            if self._inflate.eof:  # another member follows (zero bytes may pad between them)
+                self._pending = self._pending.lstrip(b"\0")
+                if not self._pending:
+                    continue
+                self._inflate = _inflate_lib.decompressobj(31)
+            out = self._inflate.decompress(self._pending, _CHUNK_BYTES)
+            inflate = self._inflate
+            self._pending = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+            if out:
+                return out
+
+    def read(self) -> bytes:
         if self.eof:
-            return ""
+            return b""
         try:
-            data = self._src.read(_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as e:
+            data = self._inflated() if self._gz else self._raw.read(_CHUNK_BYTES)
+        except _INFLATE_ERRORS as e:
             raise TraceError(f"{self.path}: corrupt or truncated gzip data ({e})") from None
         self.total += len(data)
-        check_limits(self.path, self.total, self._raw.tell(), self._gz is not None,
-                     self.max_bytes, self.max_ratio)  # fmt: skip
+        check_limits(self.path, self.total, self._raw.tell(), self._gz, self.max_bytes,
+                     self.max_ratio)  # fmt: skip
         if not data:
             self.eof = True
-        try:
-            return self._decoder.decode(data, final=self.eof)
-        except UnicodeDecodeError as e:
-            raise TraceError(f"{self.path}: not UTF-8 text ({e.reason})") from None
+        if not data.isascii() or self.eof or self._utf8.getstate()[0]:
+            try:  # only checked: the text stays bytes (msgspec decodes UTF-8 itself)
+                self._utf8.decode(data, final=self.eof)
+            except UnicodeDecodeError as e:
+                raise TraceError(f"{self.path}: not UTF-8 text ({e.reason})") from None
+        return data
 
     def close(self) -> None:
         self._raw.close()
 
 
 class _Text:
-    """A sliding window over the decompressed text, refilled on demand."""
+    """A sliding window over the decompressed bytes, refilled on demand: buf[pos:end] is what is
+    left to read. One buffer serves the whole file (what is left moves to its front before a
+    refill), so its memory is reused rather than allocated afresh for every refill."""
 
     def __init__(self, reader: _Reader):
         self.reader = reader
-        self.buf = ""
+        self.buf = bytearray()
         self.pos = 0
-        self.consumed = 0  # chars dropped from the front of buf, for error offsets
+        self.end = 0
+        self.consumed = 0  # bytes dropped from the front of buf, for error offsets
 
-    def ensure(self, chars: int) -> None:
-        """Have at least `chars` characters after pos buffered, unless the file ends first."""
-        if len(self.buf) - self.pos >= chars or self.reader.eof:
+    def ensure(self, size: int) -> None:
+        """Have at least `size` bytes after pos buffered, unless the file ends first."""
+        if self.end - self.pos >= size or self.reader.eof:
             return
-        parts = [self.buf[self.pos :]]
-        have = len(parts[0])
-        while have < chars and not self.reader.eof:
+        buf = self.buf
+        left = self.end - self.pos
+        if self.pos:
+            buf[:left] = buf[self.pos : self.end]  # same length: no reallocation
+            self.consumed += self.pos
+            self.pos, self.end = 0, left
+        while self.end < size and not self.reader.eof:
             chunk = self.reader.read()
-            parts.append(chunk)
-            have += len(chunk)
-        self.consumed += self.pos
-        self.buf = "".join(parts)
-        self.pos = 0
+            end = self.end + len(chunk)
+            if end > len(buf):
+                buf.extend(bytes(end - len(buf) + _CHUNK_BYTES))
+            buf[self.end : end] = chunk
+            self.end = end
 
     def grow(self) -> bool:
         """Buffer more text; False at the end of the file."""
         if self.reader.eof:
             return False
-        before = len(self.buf) - self.pos
+        before = self.end - self.pos
         if before > _MAX_VALUE_CHARS:
-            raise TraceError(
-                f"{self.reader.path}: a single JSON value over {_MAX_VALUE_CHARS >> 20} MiB; "
-                "not a profiler trace"
-            )
+            self.too_big()
         self.ensure(before * 2 + _CHUNK_BYTES)
         return True
 
+    def too_big(self) -> None:
+        raise TraceError(
+            f"{self.reader.path}: a single JSON value over {_MAX_VALUE_CHARS >> 20} MiB; "
+            "not a profiler trace"
+        )
+
     def skip_ws(self) -> None:
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
-            if self.pos < len(self.buf) or not self.grow():
+            self.pos = _WS.match(self.buf, self.pos, self.end).end()
+            if self.pos < self.end or not self.grow():
                 return
 
-    def peek(self) -> str:
+    def peek(self) -> bytes:
         self.skip_ws()
-        return self.buf[self.pos] if self.pos < len(self.buf) else ""
+        return bytes(self.buf[self.pos : min(self.pos + 1, self.end)])
 
-    def expect(self, char: str, what: str) -> None:
+    def expect(self, char: bytes, what: str) -> None:
         if self.peek() != char:
-            found = self.buf[self.pos : self.pos + 20] or "end of file"
-            self.fail(f"expected {what}, found {found!r}")
+            found = self.buf[self.pos : min(self.pos + 20, self.end)]
+            self.fail(f"expected {what}, found {found.decode(errors='replace') or 'end of file'!r}")
         self.pos += 1
 
     def fail(self, problem: str) -> None:
         raise TraceError(f"{self.reader.path}: {problem} at offset {self.consumed + self.pos}")
 
 
+_VALUE_BYTES = 64 << 10  # first try at decoding one JSON value; doubled until it fits
+
+
 def _value(text: _Text, scan: Any) -> Any:
-    """Decode one JSON value at text.pos, growing the window until it fits."""
-    text.ensure(_LOOKAHEAD_CHARS)
+    """Decode one JSON value at text.pos (a metadata value, or an odd array element).
+
+    The json scanner works on text: a bounded piece of the window is decoded, doubled until
+    the value fits in it (a value cut at the piece's end does not decode, or may be a number
+    that continues)."""
     text.skip_ws()
+    size = _VALUE_BYTES
     while True:
+        text.ensure(size)
+        more = text.end - text.pos > size or not text.reader.eof
+        piece, _ = codecs.utf_8_decode(
+            text.buf[text.pos : min(text.pos + size, text.end)], "strict", False
+        )
         try:
-            obj, end = scan(text.buf, text.pos)
+            obj, end = scan(piece, 0)
         except StopIteration:
-            if text.grow():
-                continue
-            text.fail("expected a JSON value")
+            if not more:
+                text.fail("expected a JSON value")
         except json.JSONDecodeError as e:
-            if text.grow():
-                continue
-            text.fail(f"truncated or corrupt JSON ({e.msg})")
+            if not more:
+                text.fail(f"truncated or corrupt JSON ({e.msg})")
         else:
-            if end >= len(text.buf) and text.grow():
-                # A number at the window's end may continue in the next chunk: decode again.
-                continue
-            text.pos = end
-            return obj
+            if end < len(piece) or not more:
+                text.pos += end if piece.isascii() else len(piece[:end].encode())
+                return obj
+        if size > _MAX_VALUE_CHARS:
+            text.too_big()
+        size *= 2
 
 
-_BATCH_CHARS = 2 * MiB
-_EVENT_END = re.compile(r"}\s*,\s*(?={)")
+_BATCH_BYTES = MiB // 4
+_EVENT_END = re.compile(rb"}\s*,\s*(?={)")
 
 
 def _array_batches(text: _Text, scan: Any) -> Iterator[list[Any]]:
     """The elements of the JSON array starting at text.pos, in batches.
 
-    Most of the array is decoded by one msgspec call per ~2 MiB: the window is cut after the last
+    Most of the array is decoded by one msgspec call per ~256 KiB: the window is cut after the last
     `},` that is followed by `{`, and the slice decoded as an array. A cut inside a string
     leaves an unterminated string and a cut inside a nested value leaves brackets open, so a
     slice that decodes is exactly a run of whole elements; one that does not (or the array's
@@ -489,25 +543,26 @@ def _array_batches(text: _Text, scan: Any) -> Iterator[list[Any]]:
     """
     from trainready.profile.columns import decode_batch  # columns builds on this module
 
-    text.expect("[", "'['")
-    if text.peek() == "]":
+    text.expect(b"[", "'['")
+    if text.peek() == b"]":
         text.pos += 1
         return
     while True:
-        text.ensure(_BATCH_CHARS + _LOOKAHEAD_CHARS)
+        text.ensure(_BATCH_BYTES + _LOOKAHEAD_CHARS)
         start = text.pos
-        limit = min(len(text.buf), start + _BATCH_CHARS)
-        cut = text.buf.rfind("}", start, limit)
+        buf = text.buf
+        limit = min(text.end, start + _BATCH_BYTES)
+        cut = buf.rfind(b"}", start, limit)
         m = None
         for _ in range(64):  # the last '}' may close an args object: step back to an element's
             if cut <= start:
                 break
-            m = _EVENT_END.match(text.buf, cut)
+            m = _EVENT_END.match(buf, cut, text.end)
             if m is not None:
                 break
-            cut = text.buf.rfind("}", start, cut)
+            cut = buf.rfind(b"}", start, cut)
         if m is not None:
-            batch = decode_batch("[" + text.buf[start : cut + 1] + "]")
+            batch = decode_batch(b"".join((b"[", memoryview(buf)[start : cut + 1], b"]")))
             if batch is not None:
                 text.pos = m.end()
                 yield batch
@@ -515,11 +570,11 @@ def _array_batches(text: _Text, scan: Any) -> Iterator[list[Any]]:
         yield [_value(text, scan)]  # a plain JSON value: the builder checks and converts it
         text.ensure(64)
         text.skip_ws()
-        sep = _SEP.match(text.buf, text.pos)
+        sep = _SEP.match(text.buf, text.pos, text.end)
         if sep is None:
             text.fail("truncated or corrupt traceEvents array (expected ',' or ']')")
         text.pos = sep.end()
-        if sep.group(1) == "]":
+        if sep.group(1) == b"]":
             return
 
 
@@ -549,6 +604,18 @@ def load_trace(
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
+    # The loader makes and drops many small objects (none in cycles): the cyclic garbage
+    # collector's passes over them are ~5-10% of the time, so it waits until the load is done.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(path, rank, max_bytes, max_ratio)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load(path: Path, rank: int | None, max_bytes: int, max_ratio: float) -> Trace:
     reader = _Reader(path, max_bytes, max_ratio)
     text = _Text(reader)
     decoder = json.JSONDecoder(parse_float=str)  # keep decimals exact; times parsed later
@@ -560,21 +627,20 @@ def load_trace(
     found_events = False
     try:
         first = text.peek()
-        if first == "[":  # the Chrome trace "JSON array format": a bare list of events
+        if first == b"[":  # the Chrome trace "JSON array format": a bare list of events
             found_events = True
             for batch in _array_batches(text, scan):
                 _add(builder, batch, text)
-        elif first == "{":
+        elif first == b"{":
             text.pos += 1
-            if text.peek() == "}":
+            if text.peek() == b"}":
                 text.pos += 1
             else:
                 while True:
-                    text.ensure(_LOOKAHEAD_CHARS)
                     key = _value(text, scan)
                     if not isinstance(key, str):
                         text.fail("expected an object key")
-                    text.expect(":", "':'")
+                    text.expect(b":", "':'")
                     text.skip_ws()
                     if key == "traceEvents":
                         found_events = True
@@ -584,16 +650,16 @@ def load_trace(
                         meta[key] = _value(text, scan)
                     sep = text.peek()
                     text.pos += 1
-                    if sep == "}":
+                    if sep == b"}":
                         break
-                    if sep != ",":
+                    if sep != b",":
                         text.pos -= 1
                         text.fail("truncated or corrupt JSON object (expected ',' or '}')")
-        elif first == "":
+        elif first == b"":
             text.fail("empty file; not a profiler trace")
         else:
             text.fail("not JSON (expected '{' or '[')")
-        if text.peek() != "":
+        if text.peek() != b"":
             text.fail("unexpected data after the JSON document")
     finally:
         reader.close()
@@ -610,10 +676,12 @@ def load_trace(
 
 
 def _add(builder: Any, batch: list[Any], text: _Text) -> None:
-    from trainready.profile.columns import _Event, event_of
+    from trainready.profile.columns import event_of, is_event
 
     try:
-        builder.add_batch([b if type(b) is _Event else event_of(b) for b in batch])
+        if len(batch) == 1 and not is_event(batch[0]):  # one plain JSON value
+            batch = [event_of(batch[0])]
+        builder.add_batch(batch)
     except (KeyError, ValueError, TypeError) as e:
         text.fail(f"malformed trace event ({type(e).__name__}: {e})")
 
