@@ -196,6 +196,10 @@ def test_baseline_run_that_agrees_passes_and_one_that_diverges_fails(tmp_path):
     assert off.status == "fail_numerics"
     assert "diverges from baseline" in off.diagnostics["error"]
     assert off.diagnostics["baseline"]["curve"]["first_diverging_step"] == 2
+    # the baseline's own curve is kept, so the report can draw it beside this run's
+    assert (
+        off.diagnostics["baseline"]["baseline_curve"] == first.diagnostics["summary"]["loss_curve"]
+    )
 
 
 def test_baseline_without_the_case_says_so_and_does_not_fail(tmp_path):

@@ -285,3 +285,22 @@ def test_a_loss_that_is_not_finite_is_shown_not_dropped():
     lost = _series(panels["max inf at step 5"])["gpu not finite"]
     assert [t.split(":")[0] for t in _tips(lost)] == [f"gpu, step {i}" for i in range(5, STEPS)]
     assert all(t.endswith("loss not finite or missing") for t in _tips(lost))
+
+
+def test_a_baseline_runs_curve_is_drawn_with_the_case():
+    """With --baseline (another device's run), the case's chart carries that run's curve too."""
+    theirs = _drifting(-0.002)
+    failing = _curved("llama", "fail_numerics", _drifting(0.004))
+    failing.diagnostics["baseline"] = {"device": "NVIDIA H200", "baseline_curve": theirs}
+    store, rids = _curve_store({"npu": [failing]})
+    svg = _chart(render(store, rids, "html"))
+    series = _series(_panels(svg)["hf/llama/eager/fp32"])
+    assert set(series) == {"npu", "float64 reference", "baseline: NVIDIA H200"}
+    assert _proportional(_ys(series["baseline: NVIDIA H200"]), theirs)
+    legend = "".join(svg.itertext())
+    assert "--baseline run" in legend
+
+
+def test_no_baseline_legend_without_a_baseline():
+    store, rids = _curve_store({"npu": [_curved("llama", "fail_numerics", _drifting(0.004))]})
+    assert "--baseline run" not in "".join(_chart(render(store, rids, "html")).itertext())

@@ -73,5 +73,6 @@ def compare(ref: str, case_id: str, mine: dict[str, Any], rel_tol: float) -> dic
         "device": label,
         "baseline_dtype": theirs.get("dtype"),
         "curve": curve,
+        "baseline_curve": [float(x) for x in theirs["loss_curve"]],  # drawn over this run's
         "logits": logits,
     }

@@ -24,7 +24,7 @@ TOP = 15
 MODELS_SHOWN = 6
 CURVES_SHOWN = 12  # failing cases whose loss curves are drawn; the rest are counted
 CURVE_IDS_NAMED = 5  # of the cases not drawn, how many are named
-REFERENCE_COLOR, TOLERANCE_COLOR = "#24292f", "#cf222e"
+REFERENCE_COLOR, TOLERANCE_COLOR, BASELINE_COLOR = "#24292f", "#cf222e", "#8250df"
 _TINY = 1e-30  # as probes.numerics
 
 
@@ -332,6 +332,21 @@ def _references(curves: list[_Curve], split: bool) -> list[tuple[str, str, list[
     return [(f"reference ({c.label})", c.color, c.reference) for c in curves]
 
 
+def _named_points(name: str, values: list[float]) -> list[Point]:
+    return [Point(i, v, f"{name}, step {i}: loss {v:.6g}") for i, v in enumerate(values)]
+
+
+def _baselines(curves: list[_Curve]) -> list[tuple[str, list[float]]]:
+    """(name, values) of the --baseline runs' curves the case was compared with (another device's
+    run of the same case), one per baseline run."""
+    found: dict[str, list[float]] = {}
+    for c in curves:
+        b = c.result.diagnostics.get("baseline") or {}
+        if b.get("baseline_curve"):
+            found.setdefault(f"baseline: {b.get('device') or b.get('run_id')}", b["baseline_curve"])
+    return list(found.items())
+
+
 def curves(report: Report) -> list[Block]:
     """Per failing case: the device's loss curve over the float64 reference (every run's, overlaid)
     and the relative deviation per step against the tolerance. Nothing when no case fails."""
@@ -350,13 +365,17 @@ def curves(report: Report) -> list[Block]:
         series += [
             Series(
                 name,
-                [Point(i, v, f"{name}, step {i}: loss {v:.6g}") for i, v in enumerate(values)],
+                _named_points(name, values),
                 color,
                 "dot",
                 line=True,
                 dash=True,
             )
             for name, color, values in _references(curves, split)
+        ]
+        series += [
+            Series(name, _named_points(name, values), BASELINE_COLOR, "none", line=True, dash=True)
+            for name, values in _baselines(curves)
         ]
         title = cid.removeprefix(f"{SUITE}/")  # the section says which suite; keep the room
         panels.append(Panel(series, Axis("step"), Axis("loss"), title))
@@ -367,6 +386,8 @@ def curves(report: Report) -> list[Block]:
     refs = [(f"reference ({label})", colors[label]) for label in labels] if split else []
     for name, color in refs or [("float64 reference", REFERENCE_COLOR)]:
         legend.append(Series(name, [], color, "dot", line=True, dash=True))
+    if any(_baselines(curves) for _, curves in shown):
+        legend.append(Series("--baseline run", [], BASELINE_COLOR, "none", line=True, dash=True))
     legend.append(Series("tolerance", [], TOLERANCE_COLOR, "none", line=True, dash=True))
     if any(math.inf in c.devs for _, curves in shown for c in curves):
         legend.append(Series("loss not finite or missing", [], REFERENCE_COLOR, "triangle"))
