@@ -11,7 +11,15 @@ import pytest
 
 from tests.clirun import cli
 from trainready.config import ConfigError
-from trainready.ledger import Mode, break_even_step, ledger, parse_mode, parse_steps, to_json
+from trainready.ledger import (
+    Mode,
+    ahead_until_step,
+    break_even_step,
+    ledger,
+    parse_mode,
+    parse_steps,
+    to_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,8 +62,31 @@ def test_equal_speed_never_catches_up_unless_it_starts_no_slower():
     assert break_even_step(EAGER, same_rate_same_start, 1000) == 1
 
 
-def test_a_faster_first_step_breaks_even_at_step_one():
-    assert break_even_step(COMPILED, EAGER, 1000) == 1
+def test_no_slower_at_the_start_and_per_step_breaks_even_at_step_one():
+    quicker = Mode("compiled", EAGER.first_step_s - 1, EAGER.tokens_per_s * 2)
+    assert break_even_step(EAGER, quicker, 1000) == 1
+    assert ahead_until_step(EAGER, quicker, 1000) is None
+
+
+def test_a_faster_start_but_slower_steps_is_ahead_only_until_a_step_then_never():
+    # Eager against compiled: 90 s ahead, 0.2 s per step behind -> still ahead at N = 451 (tie),
+    # behind from 452 on, for good: no break-even.
+    assert break_even_step(COMPILED, EAGER, 1000) is None
+    until = ahead_until_step(COMPILED, EAGER, 1000)
+    assert until == 451
+    assert EAGER.total_s(1000, until) <= COMPILED.total_s(1000, until)
+    assert EAGER.total_s(1000, until + 1) > COMPILED.total_s(1000, until + 1)
+    assert ahead_until_step(EAGER, COMPILED, 1000) is None
+
+
+def test_ahead_until_matches_brute_force_on_awkward_numbers():
+    base = Mode("a", 41.3, 311.0)
+    challenger = Mode("b", 0.37, 277.7)
+    brute = max(
+        n for n in range(1, 100_000) if challenger.total_s(4096, n) <= base.total_s(4096, n)
+    )
+    assert ahead_until_step(base, challenger, 4096) == brute
+    assert break_even_step(base, challenger, 4096) is None
 
 
 def test_ledger_result_and_json_shape():
@@ -109,6 +140,11 @@ def test_cli_json_and_text():
     text = _cli("--tokens-per-step", "1000", *modes)
     assert text.returncode == 0, text.stderr
     assert "catches up with eager at step 451" in text.stdout
+    swapped = ["--mode", "compiled:93:1250", "--mode", "eager:3:1000"]
+    p = _cli("--tokens-per-step", "1000", *swapped, "--json")
+    assert json.loads(p.stdout)["break_even_step"] is None
+    text = _cli("--tokens-per-step", "1000", *swapped)
+    assert "ahead up to step 451, behind for good after it" in text.stdout
 
 
 def test_cli_bad_input_is_one_line_and_exit_2():

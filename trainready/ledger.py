@@ -5,16 +5,19 @@ step, which carries every compile and warm-up cost, and its steady throughput. T
 
     total(N) = first_step + (N - 1) * tokens_per_step / steady_tokens_per_s
 
-and the break-even step of a challenger against a baseline (compiled against eager) is the smallest
-N with total_challenger(N) <= total_baseline(N), or None ("never") when the challenger starts
-slower and is not faster per step. Pure arithmetic: the train suite feeds it measurements, and
-`trainready ledger` feeds it published numbers.
+and the break-even step of a challenger against a baseline (compiled against eager) is the step
+from which the challenger is no slower in total for good: the smallest N with
+total_challenger(M) <= total_baseline(M) for every M >= N. The gap between the totals is linear in
+N, so that is the crossing when the challenger starts slower but is faster per step, 1 when it is
+no slower at either, and None ("never") when it is slower per step — also when it starts faster:
+then it is ahead only for short runs, until `ahead_until_step`. Pure arithmetic: the train suite
+feeds it measurements, and `trainready ledger` feeds it published numbers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,32 +71,57 @@ def _check_tokens_per_step(tokens_per_step: float) -> None:
         raise ConfigError(f"tokens per step must be a positive number, got {tokens_per_step!r}")
 
 
-def break_even_step(baseline: Mode, challenger: Mode, tokens_per_step: float) -> int | None:
-    """The smallest N >= 1 with total_challenger(N) <= total_baseline(N); None if there is none.
-
-    The gap total_challenger(N) - total_baseline(N) is linear in N: a head start `lead` (the
-    difference of first steps) plus (N - 1) times the per-step difference `gain`. It closes at
-    N = 1 + ceil(lead / -gain) when the challenger is faster per step, and never when it is not.
-    The closed form is then checked against the totals themselves, so float rounding can move
-    the answer only to the step where the inequality really flips.
-    """
+def _gap(baseline: Mode, challenger: Mode, tokens_per_step: float) -> tuple[float, float]:
+    """(lead, gain): total_challenger(N) - total_baseline(N) = lead + (N - 1) * gain."""
     _check_tokens_per_step(tokens_per_step)
     lead = challenger.first_step_s - baseline.first_step_s
-    if lead <= 0:
-        return 1
     gain = challenger.step_s(tokens_per_step) - baseline.step_s(tokens_per_step)
-    if gain >= 0:
-        return None
-    n = 1 + math.ceil(lead / -gain)
+    return lead, gain
 
-    def caught_up(k: int) -> bool:
-        return challenger.total_s(tokens_per_step, k) <= baseline.total_s(tokens_per_step, k)
 
-    while n > 1 and caught_up(n - 1):
+def _last_true(holds: Callable[[int], bool], guess: int) -> int:
+    """The last N >= 1 where `holds` (true at 1, then false for good) is still true, starting from
+    the closed form's `guess`: checking the totals themselves means float rounding can move the
+    answer only to the step where the inequality really flips."""
+    n = max(guess, 1)
+    while n > 1 and not holds(n):
         n -= 1
-    while not caught_up(n):
+    while holds(n + 1):
         n += 1
     return n
+
+
+def break_even_step(baseline: Mode, challenger: Mode, tokens_per_step: float) -> int | None:
+    """The step from which the challenger is no slower in total for good; None if there is none.
+
+    With lead and gain from `_gap`: a challenger no slower at the start and per step breaks even
+    at 1; one slower at the start but faster per step catches up at N = 1 + ceil(lead / -gain);
+    one slower per step never does (gain = 0 keeps the lead as it is).
+    """
+    lead, gain = _gap(baseline, challenger, tokens_per_step)
+    if gain > 0 or (gain == 0 and lead > 0):
+        return None
+    if lead <= 0:
+        return 1
+
+    def behind(k: int) -> bool:
+        return challenger.total_s(tokens_per_step, k) > baseline.total_s(tokens_per_step, k)
+
+    return 1 + _last_true(behind, math.ceil(lead / -gain))
+
+
+def ahead_until_step(baseline: Mode, challenger: Mode, tokens_per_step: float) -> int | None:
+    """The last step at which a challenger that starts no slower but is slower per step is still
+    no slower in total (it loses for good after it); None for any other pair."""
+    lead, gain = _gap(baseline, challenger, tokens_per_step)
+    if lead > 0 or gain <= 0:
+        return None
+
+    def ahead(k: int) -> bool:
+        return challenger.total_s(tokens_per_step, k) <= baseline.total_s(tokens_per_step, k)
+
+    # Ahead while lead + (N - 1) * gain <= 0, i.e. up to N = 1 + floor(-lead / gain).
+    return _last_true(ahead, 1 + math.floor(-lead / gain))
 
 
 def totals(
@@ -108,8 +136,9 @@ def totals(
 def ledger(
     modes: Sequence[Mode], tokens_per_step: float, steps: Sequence[int] = DEFAULT_STEPS
 ) -> dict[str, Any]:
-    """The calculator's answer: totals of every mode at every N, and the break-even step of the
-    second mode against the first (None with fewer than two modes, or when it never comes)."""
+    """The calculator's answer: totals of every mode at every N, the break-even step of the second
+    mode against the first (None with fewer than two modes, or when it never comes) and, for a
+    second mode that starts faster but loses per step, the last step it is still ahead."""
     if not modes:
         raise ConfigError("give at least one mode")
     names = [m.name for m in modes]
@@ -123,6 +152,9 @@ def ledger(
         "totals": totals(modes, tokens_per_step, sorted(set(steps))),
         "break_even_step": (
             break_even_step(modes[0], modes[1], tokens_per_step) if len(modes) > 1 else None
+        ),
+        "ahead_until_step": (
+            ahead_until_step(modes[0], modes[1], tokens_per_step) if len(modes) > 1 else None
         ),
     }
 
@@ -161,7 +193,8 @@ def parse_steps(text: str) -> list[int]:
 
 
 def to_json(result: dict[str, Any]) -> dict[str, Any]:
-    """JSON keeps object keys as strings: N becomes "N"."""
+    """The calculator's JSON, exactly {"totals": {NAME: {"N": seconds}}, "break_even_step": int or
+    null} (JSON keeps object keys as strings: N becomes "N")."""
     return {
         "totals": {
             name: {str(n): s for n, s in by_n.items()} for name, by_n in result["totals"].items()

@@ -35,8 +35,13 @@ def _text(result: dict, modes: list, tokens_per_step: float) -> None:
     if len(modes) < 2:
         return
     base, challenger = modes[0], modes[1]
-    n = result["break_even_step"]
-    if n is None:
+    n, until = result["break_even_step"], result["ahead_until_step"]
+    if until is not None:
+        line = (
+            f"break-even: never — {challenger.name} starts no slower than {base.name} but is "
+            f"slower per step: ahead up to step {until:,}, behind for good after it"
+        )
+    elif n is None:
         line = (
             f"break-even: never — {challenger.name} starts slower than {base.name} and is not "
             "faster per step"
@@ -44,6 +49,7 @@ def _text(result: dict, modes: list, tokens_per_step: float) -> None:
     elif n == 1:
         line = (
             f"break-even: step 1 — {challenger.name} is no slower than {base.name} from the start"
+            " and per step"
         )
     else:
         line = f"break-even: {challenger.name} catches up with {base.name} at step {n:,}"
@@ -67,10 +73,17 @@ def register(app: typer.Typer) -> None:
         steps: Annotated[
             str | None, typer.Option(help="Step counts N, comma-separated (default 1,10,…,1e5).")
         ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        as_json: Annotated[
+            bool,
+            typer.Option(
+                "--json",
+                help='Print {"totals": {NAME: {"N": seconds}}, "break_even_step": int | null}.',
+            ),
+        ] = False,
     ) -> None:
         """Total time to N steps per mode (first step + (N-1) steady steps) and the break-even
-        step of the second mode against the first."""
+        step of the second mode against the first: the step from which it is no slower in total
+        for good ("never" if it is slower per step, even when it starts faster)."""
         from trainready import ledger as arithmetic
 
         modes = [arithmetic.parse_mode(text) for text in mode]

@@ -532,6 +532,7 @@ def judge(
         ledgers[name] = {
             "tokens_per_step": eager["tokens_per_step"],
             "break_even_step": ledger.break_even_step(e, c, eager["tokens_per_step"]),
+            "ahead_until_step": ledger.ahead_until_step(e, c, eager["tokens_per_step"]),
         }
     metrics = _metrics(summaries, ledgers, parity)
     diagnostics: dict[str, Any] = {

@@ -102,13 +102,12 @@ def headlines(run: RunView) -> list[Stat]:
             )
         be = r.diagnostics.get("ledger", {}).get("cold", {})
         if "break_even_step" in be:
-            n = be["break_even_step"]
             stats.append(
                 Stat(
                     "break-even step (cold)",
-                    n,
-                    lambda v: "never" if v is None else f"{v:,}",
-                    "compiled catches up with eager",
+                    be["break_even_step"],
+                    lambda _, be=be: break_even_text(be),
+                    "from it on compiled is no slower in total",
                 )
             )
     return stats
@@ -227,18 +226,17 @@ def ledger_table(r: Result, label: str) -> Table:
         if modes is None:
             continue
         e, c, k = modes
-        n = ledgers[name].get("break_even_step")
         rows.append(
             [
                 name,
-                "never" if n is None else f"{n:,}",
+                break_even_text(ledgers[name]),
                 *(e.total_s(k, x) for x in LEDGER_STEPS[1:]),
                 *(c.total_s(k, x) for x in LEDGER_STEPS[1:]),
             ]
         )
     caption = (
         f"{label} — time to N steps: first step + (N − 1) × tokens per step / steady tokens/s; "
-        "break-even: the first N where compiled is no slower in total"
+        "break-even: the N from which compiled is no slower in total for good"
     )
     return Table(columns, rows, caption)
 
@@ -280,10 +278,17 @@ def ledger_chart(r: Result, label: str) -> Chart:
         title="Time to N training steps",
     )
     found = ", ".join(
-        f"{name}: {'never' if v.get('break_even_step') is None else v['break_even_step']}"
-        for name, v in ((n, ledgers[n]) for n in _ordered(ledgers))
+        f"{name}: {break_even_text(v)}" for name, v in ((n, ledgers[n]) for n in _ordered(ledgers))
     )
     return Chart(svg, f"{label} — total time against steps, per scenario; break-even {found}")
+
+
+def break_even_text(entry: dict) -> str:
+    """A scenario's break-even as read: the step, "never", or how long compiled stays ahead."""
+    n, until = entry.get("break_even_step"), entry.get("ahead_until_step")
+    if n is not None:
+        return f"{n:,}"
+    return "never" if until is None else f"never (ahead until step {until:,})"
 
 
 def _top_op(summary: dict) -> str:
