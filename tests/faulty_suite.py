@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import time
 
 from trainready.core.case import Case, Outcome
@@ -12,7 +14,20 @@ NAME = "faulty"
 DEFAULT_DTYPE = None
 DEFAULT_BUDGET_S = 30.0
 
-KINDS = ("ok", "raises", "abort", "hang", "hang_in_compile", "alloc", "unsupported", "ok_after")
+KINDS = (
+    "ok",
+    "raises",
+    "abort",
+    "segfault",
+    "hang",
+    "hang_in_compile",
+    "alloc",
+    "unsupported",
+    "ok_after",
+)
+
+# Written to stderr just before the abort: a crash's stderr tail must hold the worker's last words.
+ABORT_MARKER = "faulty_suite: last words before os.abort()"
 
 
 def cases(cfg) -> list[Case]:
@@ -31,7 +46,10 @@ def execute(case: Case, ctx) -> Outcome:
     if kind == "raises":
         raise ValueError("planted failure")
     if kind == "abort":
+        print(ABORT_MARKER, file=sys.stderr, flush=True)
         os.abort()
+    if kind == "segfault":
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
     if kind == "hang":
         with ctx.phase("run"):
             time.sleep(3600)

@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
+from trainready.cli import FLAG_USERS, unused_flag_warnings
+from trainready.config import DTYPES
+from trainready.core.plan import shard_of
+from trainready.models.specs import list_specs
+from trainready.peaks import KINDS
+from trainready.suites import SUITES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +45,26 @@ ROOT = Path(__file__).resolve().parent.parent
             "unknown model 'gpt-17'",
         ),  # fmt: skip
         (["report", "does/not/exist"], "no trainready store"),
+        # A flag the suite ignores is not worth a warning when the run is refused anyway.
+        (["run", "matmul", "--device", "tpu9", "--baseline", "x"], "unknown device 'tpu9'"),
+        # Usage errors, which Typer would draw as a box of several lines.
+        (
+            [
+                "mfu",
+                "--model",
+                "qwen3-8b",
+                "--tokens-per-s",
+                "1",
+                "--devices",
+                "1",
+                "--peak-tflops",
+                "1",
+            ],
+            "error: missing option '--seq-len' (see ",
+        ),  # fmt: skip
+        (["nosuchcommand"], "no such command 'nosuchcommand'; valid commands: devices, run,"),
+        (["run", "matmul", "--jobs", "many"], "invalid value for '--jobs'"),
+        (["run"], "missing argument 'suites'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
@@ -49,7 +75,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, p.stderr
-    assert expected in lines[0]
+    assert lines[0].startswith("error: ") and expected in lines[0]
+    assert p.stdout == ""  # not even an empty line
     assert not (out_dir / "trainready.db").exists()  # nothing half-written
 
 
@@ -77,6 +104,58 @@ def test_help_explains_commands():
     assert p.returncode == 0
     for command in ("devices", "run", "report", "merge", "mfu"):
         assert command in p.stdout
+
+
+def _help_text(*command: str) -> str:
+    """A command's --help as one line of words: box borders and wrapping gone."""
+    p = cli(*command, "--help")
+    assert p.returncode == 0, p.stderr
+    return " ".join(p.stdout.replace("│", " ").split())
+
+
+def test_run_help_lists_every_suite_and_dtype():
+    text = _help_text("run")
+    assert f"Suites to run: {', '.join(SUITES)}, or all" in text
+    assert "matmul" in SUITES and "fp64" in DTYPES
+    assert f"--dtype <str> {', '.join(DTYPES)} (default: per suite)" in text
+
+
+def test_mfu_help_lists_the_named_models_and_device_kinds():
+    text = _help_text("mfu")
+    assert f"A named config ({', '.join(list_specs())};" in text
+    assert f"A key of the peak table: {', '.join(KINDS)}." in text
+    assert "Qwen3-8B" in list_specs() and "h200" in KINDS
+
+
+def test_devices_without_measuring_creates_nothing(tmp_path):
+    p = cli("devices", "--no-measure", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "not measured (--no-measure)" in p.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_flag_no_suite_of_the_run_reads_is_a_one_line_warning(tmp_path):
+    # One matmul case, left out by the shard: a real, valid run with nothing to execute.
+    case = "matmul/Qwen3-8B/gate_proj/M128/fwd"
+    shard = f"{1 - shard_of(case, 2)}/2"
+    p = cli("run", "matmul", "--device", "cpu", "--filter", case, "--shard", shard,
+            "--nproc", "2", "--baseline", "x", "--no-report", "--out", str(tmp_path))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        "warning: --nproc is ignored by matmul; used by train, dist",
+        "warning: --baseline is ignored by matmul; used by parity",
+    ]
+
+
+def test_unused_flag_warnings_only_when_no_suite_of_the_run_reads_the_flag():
+    assert set().union(*FLAG_USERS.values()) <= set(SUITES)
+    assert unused_flag_warnings(["matmul", "train"], {"nproc": 2}) == []
+    assert unused_flag_warnings(["all"], {"variants": "v.py", "baseline": "runs"}) == []
+    assert unused_flag_warnings(["train"], {"variants": "v.py", "nproc": None}) == [
+        "--variants is ignored by train; used by flex"
+    ]
+    # A suite given by module path may read any option: nothing to warn about.
+    assert unused_flag_warnings(["tests.faulty_suite"], {"nproc": 2}) == []
 
 
 @pytest.fixture(scope="module")

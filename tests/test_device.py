@@ -1,4 +1,7 @@
+import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -235,3 +238,238 @@ def test_resolve_peak_measures_a_dtype_the_table_lacks(monkeypatch):
 def test_resolve_peak_rejects_unknown_dtype():
     with pytest.raises(ConfigError, match="unknown dtype 'fp8'"):
         dev.resolve_peak("cpu", "fp8")
+
+
+# -- devices beyond the cpu, through a fake backend -------------------------------------------------
+FAKE_MEMORY = 96 * 2**30
+
+
+@pytest.fixture(params=["privateuse1", "accelerator"])
+def fake_backend(request, monkeypatch):
+    """A backend with two devices, found either as a registered PrivateUse1 module (`torch.<name>`,
+    as torch_neuronx registers one) or through `torch.accelerator` alone. Returns (device type,
+    device name, the label of its peak FLOP/s)."""
+    # Whatever this machine really has is hidden, so the test holds on GPU machines too.
+    for backend in (torch.cuda, torch.xpu, torch.backends.mps):
+        monkeypatch.setattr(backend, "is_available", lambda: False)
+    if request.param == "privateuse1":
+        dev_type, name, label = "privateuseone", "Trainium2", "TRN2-CORE bf16 dense peak (table)"
+        module = SimpleNamespace(
+            is_available=lambda: True, device_count=lambda: 2, get_device_name=lambda i=0: name
+        )
+        monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: dev_type)
+        current = None
+    else:
+        dev_type, name = "hpu", "Gaudi 3"  # not in the peak table: measured
+        label = "vs measured peak (bf16 matmul calibration, 4096³)"
+        # Only names come from the module: availability and counts from torch.accelerator.
+        module = SimpleNamespace(get_device_name=lambda i=0: name)
+        current = torch.device(dev_type)
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+        monkeypatch.setattr(torch.accelerator, "device_count", lambda: 2)
+    monkeypatch.setattr(torch, dev_type, module, raising=False)
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: current
+    )
+    monkeypatch.setattr(
+        torch.accelerator, "get_memory_info", lambda d: (FAKE_MEMORY // 2, FAKE_MEMORY)
+    )
+    fake_calibration = {"peak_flops": 5e13, "n": 4096, "tflops_samples": [50.0], "clock": "wall"}
+    monkeypatch.setattr(dev, "calibrate_peak", lambda device, dtype, **kw: fake_calibration)
+    return dev_type, name, label
+
+
+def test_a_fake_backend_lists_its_two_devices(fake_backend):
+    dev_type, name, _ = fake_backend
+    assert dev.available_devices() == ["cpu", f"{dev_type}:0", f"{dev_type}:1"]
+    assert dev.resolve(dev_type.upper() + ":1") == f"{dev_type}:1"
+    with pytest.raises(DeviceError, match=f"available: cpu, {dev_type}:0, {dev_type}:1$"):
+        dev.resolve(f"{dev_type}:2")
+    info = dev.device_info(f"{dev_type}:1")
+    assert info["name"] == name and info["total_memory"] == FAKE_MEMORY
+
+
+def test_devices_command_lists_a_fake_backend_with_its_peak_source(
+    fake_backend, monkeypatch, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from trainready.cli import app
+
+    dev_type, name, label = fake_backend
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+    result = CliRunner().invoke(app, ["devices", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    for index in (0, 1):
+        [row] = [ln for ln in result.output.splitlines() if f" {dev_type}:{index} " in ln]
+        assert name in row and "96.0 GiB" in row and label in row
+
+
+# -- vendor stack: driver and collective library versions -------------------------------------------
+def _fake_module(monkeypatch, name, **functions):
+    """Install a fake vendor module (pynvml, amdsmi) for `import name`."""
+    monkeypatch.setitem(sys.modules, name, SimpleNamespace(**functions))
+
+
+def _missing_module(monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
+
+
+@pytest.fixture
+def cuda_build(monkeypatch):
+    """torch seen as a CUDA build with a GPU; the test picks NVIDIA or ROCm via torch.version.hip."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
+def _fake_tool(monkeypatch, answer):
+    """Replace vendor command-line tools: `answer(cmd)` gives stdout or raises; calls recorded."""
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append((list(cmd), kw.get("timeout")))
+        return subprocess.CompletedProcess(cmd, 0, stdout=answer(list(cmd)), stderr="")
+
+    monkeypatch.setattr(dev.subprocess, "run", run)
+    return calls
+
+
+def test_nvidia_stack_from_pynvml(cuda_build, monkeypatch):
+    shut_down = []
+    _fake_module(
+        monkeypatch,
+        "pynvml",
+        nvmlInit=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: b"550.54.15",
+        nvmlShutdown=lambda: shut_down.append(True),
+    )
+    calls = _fake_tool(monkeypatch, lambda cmd: pytest.fail("pynvml answered: no tool needed"))
+    assert dev.vendor_stack("cuda:0") == {
+        "vendor": "nvidia",
+        "driver": {"version": "550.54.15", "source": "pynvml"},
+        "nccl": {"version": "2.21.5", "source": "torch.cuda.nccl"},
+    }
+    assert shut_down == [True] and calls == []
+
+
+def test_nvidia_driver_from_nvidia_smi_without_pynvml(cuda_build, monkeypatch):
+    _missing_module(monkeypatch, "pynvml")
+    calls = _fake_tool(monkeypatch, lambda cmd: "550.54.15\n550.54.15\n")  # one line per GPU
+    assert dev.vendor_stack("cuda:1")["driver"] == {"version": "550.54.15", "source": "nvidia-smi"}
+    assert calls == [
+        (
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            dev.VENDOR_TOOL_TIMEOUT_S,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("failure", "why"),
+    [
+        (FileNotFoundError(2, "No such file"), "nvidia-smi: not installed"),
+        (subprocess.TimeoutExpired("nvidia-smi", 5), "nvidia-smi: no answer within 5 s"),
+        (
+            subprocess.CalledProcessError(9, "nvidia-smi", stderr="NVIDIA-SMI has failed\n"),
+            "nvidia-smi: exit code 9: NVIDIA-SMI has failed",
+        ),
+    ],
+)
+def test_unknown_versions_are_null_with_the_reason(cuda_build, monkeypatch, failure, why):
+    def broken_init():
+        raise RuntimeError("Driver Not Loaded")
+
+    def broken_nccl():
+        raise AttributeError("module 'torch._C' has no attribute '_nccl_version'")
+
+    _fake_module(monkeypatch, "pynvml", nvmlInit=broken_init)
+    monkeypatch.setattr(torch.cuda.nccl, "version", broken_nccl)
+
+    def tool(cmd):
+        raise failure
+
+    _fake_tool(monkeypatch, tool)
+    stack = dev.vendor_stack("cuda:0")
+    assert stack["driver"] == {
+        "version": None,
+        "why": f"pynvml: RuntimeError: Driver Not Loaded; {why}",
+    }
+    assert stack["nccl"]["version"] is None
+    assert (
+        "AttributeError: module 'torch._C' has no attribute '_nccl_version'" in stack["nccl"]["why"]
+    )
+
+
+def test_nccl_is_null_when_cuda_is_not_available(cuda_build, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert dev.vendor_stack("cuda:0")["nccl"] == {
+        "version": None,
+        "why": "torch.cuda.nccl: CUDA is not available",
+    }
+
+
+@pytest.fixture
+def rocm_build(cuda_build, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133-dd7f95766")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 20, 5))
+    monkeypatch.setattr(
+        torch._C, "_show_config", lambda: "  - HIP Runtime 6.2.41134\n  - MIOpen 3.2.0\n"
+    )
+    (tmp_path / ".info").mkdir()
+    (tmp_path / ".info" / "version").write_text("6.2.1-112\n")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    monkeypatch.setattr(dev, "AMDGPU_VERSION_FILE", tmp_path / "no-such-file")
+
+
+def test_amd_stack_from_amdsmi(rocm_build, monkeypatch):
+    _fake_module(
+        monkeypatch,
+        "amdsmi",
+        amdsmi_init=lambda: None,
+        amdsmi_get_processor_handles=lambda: ["gpu0"],
+        amdsmi_get_gpu_driver_info=lambda handle: {
+            "driver_name": "amdgpu",
+            "driver_version": "6.8.5",
+        },
+        amdsmi_shut_down=lambda: None,
+    )
+    assert dev.vendor_stack("cuda:0") == {
+        "vendor": "amd",
+        "driver": {"version": "6.8.5", "source": "amdsmi"},
+        "nccl": {"version": "2.20.5", "source": "torch.cuda.nccl (RCCL)"},
+        "hip_runtime": {"version": "6.2.41134", "source": "torch build config"},
+        "rocm": {"version": "6.2.1-112", "source": "ROCM_PATH"},
+    }
+
+
+def test_amd_driver_falls_back_to_sysfs_then_rocm_smi(rocm_build, monkeypatch, tmp_path):
+    _missing_module(monkeypatch, "amdsmi")
+    _fake_tool(
+        monkeypatch,
+        lambda cmd: "===== ROCm System Management Interface =====\nDriver version: 6.8.5\n",
+    )
+    assert dev.vendor_stack("cuda:0")["driver"] == {"version": "6.8.5", "source": "rocm-smi"}
+    monkeypatch.setattr(dev, "AMDGPU_VERSION_FILE", tmp_path / "amdgpu-version")
+    dev.AMDGPU_VERSION_FILE.write_text("6.10.5\n")
+    assert dev.vendor_stack("cuda:0")["driver"] == {"version": "6.10.5", "source": "sysfs"}
+
+
+def test_intel_driver_from_the_device_properties(monkeypatch):
+    props = SimpleNamespace(driver_version="1.6.31294+21")
+    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda index: props)
+    assert dev.vendor_stack("xpu:0") == {
+        "vendor": "intel",
+        "driver": {"version": "1.6.31294+21", "source": "torch.xpu device properties"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("device", "why"),
+    [
+        ("cpu", "the cpu has no device driver"),
+        ("mps", "trainready reads no driver version for 'mps' devices"),
+    ],
+)
+def test_no_driver_version_elsewhere_says_why(device, why):
+    assert dev.vendor_stack(device) == {"vendor": None, "driver": {"version": None, "why": why}}

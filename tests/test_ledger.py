@@ -147,8 +147,10 @@ def test_cli_json_and_text():
     assert "ahead up to step 451, behind for good after it" in text.stdout
 
 
-def test_cli_bad_input_is_one_line_and_exit_2():
-    p = _cli("--tokens-per-step", "1000", "--mode", "eager:3")
+@pytest.mark.parametrize("mode", ["eager:3", "eager:x:4", "[bold]a:x:4", "a[/]:x:4"])
+def test_cli_bad_input_is_one_line_and_exit_2(mode):
+    # Brackets and `:x:` are quoted as typed, never read as rich markup or emoji.
+    p = _cli("--tokens-per-step", "1000", "--mode", mode)
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "malformed --mode 'eager:3'" in lines[0]
+    assert len(lines) == 1 and f"malformed --mode '{mode}'" in lines[0]

@@ -25,7 +25,7 @@ def _stored(db: Path) -> int:
         with sqlite3.connect(db, timeout=5) as con:
             return con.execute("SELECT count(*) FROM results").fetchone()[0]
     except sqlite3.OperationalError:
-        return 0  # schema not created yet
+        return 0  # busy: a new store appears with its tables, never before them
 
 
 def test_kill_parent_then_resume(tmp_path):

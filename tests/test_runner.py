@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.faulty_suite import ABORT_MARKER, KINDS
 from trainready import api
 from trainready.core.store import Store
 
@@ -27,17 +28,8 @@ def faulty_run(tmp_path_factory):
 
 def test_every_case_gets_a_result(faulty_run):
     summary, results = faulty_run
-    assert summary.planned == 8
-    assert set(results) == {
-        "ok",
-        "raises",
-        "abort",
-        "hang",
-        "hang_in_compile",
-        "alloc",
-        "unsupported",
-        "ok_after",
-    }
+    assert summary.planned == len(KINDS) == 9
+    assert set(results) == set(KINDS)
 
 
 def test_statuses(faulty_run):
@@ -49,6 +41,7 @@ def test_statuses(faulty_run):
     assert "ValueError" in r["raises"].diagnostics["traceback"]
     assert r["abort"].status == "crash"
     assert r["abort"].diagnostics["signal"] == "SIGABRT"
+    assert ABORT_MARKER in r["abort"].diagnostics["stderr_tail"]
     assert r["hang"].status == "timeout"
     assert r["hang"].phase == "run"
     assert r["hang_in_compile"].status == "timeout"
@@ -60,6 +53,17 @@ def test_statuses(faulty_run):
     # The run went on after every fault, on a healthy (replaced) worker.
     assert r["ok_after"].status == "pass"
     assert r["ok_after"].metrics["pid"] != r["ok"].metrics["pid"]
+
+
+def test_a_segfault_leaves_its_python_stack_in_the_stderr_tail(faulty_run):
+    crash = faulty_run[1]["segfault"]
+    assert crash.status == "crash" and crash.diagnostics["signal"] == "SIGSEGV"
+    tail = crash.diagnostics["stderr_tail"]
+    # faulthandler's report: the fault, then the stack down to the line that faulted.
+    assert "Fatal Python error: Segmentation fault" in tail
+    assert "most recent call first" in tail
+    assert 'faulty_suite.py", line' in tail and "in execute" in tail
+    assert ABORT_MARKER not in tail  # the tail starts at this case, not at an earlier one
 
 
 def test_worker_is_reused_while_healthy(tmp_path):

@@ -1,15 +1,19 @@
-"""The Python API; the CLI is a thin layer over it.
+"""The Python API; the CLI is a thin layer over it (one function per command).
 
 import trainready
-summary = trainready.run(["matmul"], device="cpu", preset="quick", out="runs")
-trainready.report(summary.store_path, [summary.run_id], "md")
+
+if __name__ == "__main__":  # workers are spawned and re-import the main script
+    summary = trainready.run(["matmul"], device="cpu", preset="quick", out="runs")
+    print(trainready.report(f"runs:{summary.run_id}", fmt="md"))
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -203,56 +207,208 @@ def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str], run_dir: 
     return jobs
 
 
-def merge(sources: list[str | Path], out: str | Path) -> str:
-    """Combine shard outputs (each a store directory; its latest run) into one run in `out`."""
-    if not sources:
-        raise ConfigError("merge needs at least one run directory")
-    shards: list[tuple[RunRecord, list[Case], list[Result]]] = []
-    artifacts: list[Path] = []  # each shard's RUN_DIR/artifacts (results name files under it)
-    for src in sources:
-        with Store(src, create=False) as s:
-            rec = s.latest_run()
-            shards.append((rec, s.planned(rec.run_id), s.results(rec.run_id)))
-            artifacts.append(s.dir / rec.run_id / ARTIFACTS)
-    head = shards[0][0]
+@dataclass
+class _MergeInput:
+    """One run given to merge: where it came from, its record, plan, results and artifacts."""
 
-    def settings(rec: RunRecord) -> dict[str, Any]:
-        return {**RunConfig.from_json(rec.config).identity(), "shard": None}
+    label: str  # DIR:RUN_ID, as the user can type it back
+    record: RunRecord
+    planned: list[Case]
+    results: list[Result]
+    artifacts: Path  # RUN_DIR/artifacts (results name files under it)
 
-    owner: dict[str, str] = {}
-    for rec, planned_cases, results in shards:
-        if settings(rec) != settings(head):
+    @property
+    def case_ids(self) -> set[str]:
+        return {c.id for c in self.planned} | {r.case_id for r in self.results}
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        return parse_shard(self.record.config.get("shard"))
+
+    def settings(self) -> dict[str, Any]:
+        return {**RunConfig.from_json(self.record.config).identity(), "shard": None}
+
+
+def _load_merge_input(ref: str | Path) -> _MergeInput:
+    store, run_id = _resolve(str(ref))
+    with store:
+        return _MergeInput(
+            label=f"{store.dir}:{run_id}",
+            record=store.get_run(run_id),
+            planned=store.planned(run_id),
+            results=store.results(run_id),
+            artifacts=store.dir / run_id / ARTIFACTS,
+        )
+
+
+def _check_same_settings(inputs: list[_MergeInput]) -> None:
+    head = inputs[0]
+    for other in inputs[1:]:
+        if other.settings() != head.settings():
             raise ConfigError(
-                f"run {rec.run_id} was made with other settings than {head.run_id}; "
+                f"{other.label} was made with other settings than {head.label}; "
                 "only shards of one run can be merged"
             )
-        for case_id in {c.id for c in planned_cases} | {r.case_id for r in results}:
-            if owner.setdefault(case_id, rec.run_id) != rec.run_id:
-                raise ConfigError(f"case {case_id} is in both {owner[case_id]} and {rec.run_id}")
+
+
+def _check_disjoint(inputs: list[_MergeInput]) -> None:
+    """No case may come from two inputs (the same run given twice included)."""
+    owner: dict[str, _MergeInput] = {}
+    for item in inputs:
+        for case_id in sorted(item.case_ids):
+            first = owner.setdefault(case_id, item)
+            if first is not item:
+                same = first.record.run_id == item.record.run_id
+                again = " (the same run given twice)" if same else ""
+                raise ConfigError(
+                    f"case {case_id} is in both {first.label} and {item.label}{again}"
+                )
+
+
+def _missing_shards(inputs: list[_MergeInput]) -> list[str]:
+    """The shards I/N of a sharded run that the inputs lack; each given shard must be distinct,
+    of the same N, and never mixed with unsharded runs."""
+    shards = [item.shard for item in inputs]
+    if all(s is None for s in shards):
+        return []
+    if any(s is None for s in shards):
+        loose = next(item.label for item in inputs if item.shard is None)
+        raise ConfigError(f"{loose} is not a shard; merge the shards of one run, or whole runs")
+    counts = sorted({n for _, n in shards})
+    if len(counts) > 1:
+        raise ConfigError(f"shards of different counts ({', '.join(f'/{n}' for n in counts)})")
+    n = counts[0]
+    seen = Counter(i for i, _ in shards)
+    if twice := sorted(i for i, k in seen.items() if k > 1):
+        raise ConfigError(f"shard {', '.join(f'{i}/{n}' for i in twice)} given more than once")
+    return [f"{i}/{n}" for i in range(n) if i not in seen]
+
+
+def _merged_record(inputs: list[_MergeInput], run_id: str, missing: list[str]) -> RunRecord:
+    head = inputs[0].record
+    env = {**head.env, "merged_from": [item.record.run_id for item in inputs]}
+    if missing:  # the record says the run is partial, with what is absent
+        given = [f"{i}/{n}" for i, n in sorted(item.shard for item in inputs)]
+        env["partial_merge"] = {"shards": given, "missing_shards": missing}
+    return replace(
+        head,
+        run_id=run_id,
+        created_at=time.time(),
+        finished_at=None,
+        shard=None,
+        config={**head.config, "shard": None},
+        env=env,
+        planned=sum(item.record.planned or 0 for item in inputs),
+    )
+
+
+def merge(sources: list[str | Path], out: str | Path, *, allow_partial: bool = False) -> str:
+    """Combine shard outputs into one run in `out`; returns its id.
+
+    Each source is DIR (its latest run) or DIR:RUN_ID. Refused with a ConfigError: runs with other
+    settings, a case in two inputs, shards of different counts or given twice, and (unless
+    `allow_partial`) a shard of the run missing. A partial merge records its missing shards in
+    the run's env ("partial_merge") and stays unfinished.
+    """
+    if not sources:
+        raise ConfigError("merge needs at least one run directory")
+    inputs = [_load_merge_input(src) for src in sources]
+    _check_same_settings(inputs)
+    _check_disjoint(inputs)
+    missing = _missing_shards(inputs)
+    if missing and not allow_partial:
+        raise ConfigError(
+            f"missing shard {', '.join(missing)}: merge every shard of the run, "
+            "or pass --allow-partial to merge these alone"
+        )
     run_id = new_run_id()
     with Store(out) as store:
-        store.add_run(
-            replace(
-                head,
-                run_id=run_id,
-                created_at=time.time(),
-                finished_at=None,
-                shard=None,
-                config={**head.config, "shard": None},
-                env={**head.env, "merged_from": [rec.run_id for rec, _, _ in shards]},
-                planned=sum(rec.planned or 0 for rec, _, _ in shards),
-            )
-        )
-        for _, planned_cases, results in shards:
-            store.add_planned(run_id, planned_cases)
-            for r in results:
+        store.add_run(_merged_record(inputs, run_id, missing))
+        for item in inputs:
+            store.add_planned(run_id, item.planned)
+            for r in item.results:
                 store.add_result(run_id, r)
-        for src_dir in artifacts:  # shards hold disjoint cases, so their directories too
-            if src_dir.is_dir():
-                shutil.copytree(src_dir, store.dir / run_id / ARTIFACTS, dirs_exist_ok=True)
-        if all(rec.finished_at for rec, _, _ in shards):
+            if item.artifacts.is_dir():  # inputs hold disjoint cases, so their directories too
+                shutil.copytree(item.artifacts, store.dir / run_id / ARTIFACTS, dirs_exist_ok=True)
+        if not missing and all(item.record.finished_at for item in inputs):
             store.finish_run(run_id)
     return run_id
+
+
+def report(*runs: str | Path, compare: str | Sequence[str] | None = None, fmt: str = "md") -> str:
+    """`trainready report RUN... [--compare RUN2] --format FMT` as a string. A RUN is DIR (its
+    latest run) or DIR:RUN_ID; the first is the primary, the other runs and `compare` (one RUN or
+    several) sit beside it."""
+    from trainready.report import render
+
+    if not runs:
+        raise ConfigError("report needs at least one run")
+    compared = [compare] if isinstance(compare, (str, Path)) else list(compare or [])
+    store, run_ids = open_runs([str(r) for r in (*runs, *compared)])
+    with store:
+        return render(store, run_ids, fmt)
+
+
+def devices(
+    out: str | Path = DEFAULT_OUT,
+    dtype: str = "bf16",
+    *,
+    measure: bool = True,
+    recalibrate: bool = False,
+) -> list[dict[str, Any]]:
+    """The rows of `trainready devices`: per device its string ("cpu", "cuda:0"), `name`,
+    `total_memory` (bytes, None where unknown), `peak`, the peak FLOP/s at `dtype` that MFU is
+    computed against (device.resolve_peak's record: flops, source, label; None unless `measure`),
+    and `info`, everything device_info knows. Measured peaks are cached in the store at `out`
+    (`recalibrate` replaces them); without `measure` no store is opened or created."""
+    from trainready.device import available_devices, torch_dtype
+
+    torch_dtype(dtype)  # a bad dtype is a one-line error even when nothing is measured
+    with Store(out) if measure else contextlib.nullcontext() as store:
+        return [_device_row(dev, dtype, store, recalibrate) for dev in available_devices()]
+
+
+def _device_row(dev: str, dtype: str, store: Store | None, recalibrate: bool) -> dict[str, Any]:
+    """One device's row; its peak only with a store to cache a measured one in."""
+    from trainready.device import device_info, resolve_peak
+
+    info = device_info(dev)
+    peak = None
+    if store is not None:
+        peak = resolve_peak(dev, dtype, store=store, recalibrate=recalibrate)
+    return {
+        "device": dev,
+        "name": info.get("name"),
+        "total_memory": info.get("total_memory"),
+        "peak": peak,
+        "info": info,
+    }
+
+
+def mfu(
+    model: str,
+    *,
+    seq_len: int,
+    tokens_per_s: float,
+    devices: int,
+    device_kind: str | None = None,
+    peak_tflops: float | None = None,
+    dtype: str = "bf16",
+) -> dict[str, Any]:
+    """`trainready mfu ... --json` as a dict: FLOPs per token and MFU of `devices` devices that
+    together reach `tokens_per_s` on `model` (a named config or a config.json path). Give exactly
+    one of `device_kind` (a peak-table key) or `peak_tflops`; `mfu` is a fraction."""
+    from trainready.mfu import calculate
+
+    return calculate(
+        model,
+        seq_len=seq_len,
+        tokens_per_s=tokens_per_s,
+        devices=devices,
+        device_kind=device_kind,
+        peak_tflops=peak_tflops,
+        dtype=dtype,
+    )
 
 
 def _resolve(ref: str) -> tuple[Store, str]:
@@ -261,7 +417,11 @@ def _resolve(ref: str) -> tuple[Store, str]:
     if ":" in ref and not Path(ref).exists():
         path, _, run_id = ref.rpartition(":")
     store = Store(path, create=False)
-    return store, (store.get_run(run_id).run_id if run_id else store.latest_run().run_id)
+    try:
+        return store, (store.get_run(run_id).run_id if run_id else store.latest_run().run_id)
+    except StoreError:
+        store.close()
+        raise
 
 
 def open_runs(refs: list[str]) -> tuple[Store, list[str]]:
@@ -279,4 +439,15 @@ def open_runs(refs: list[str]) -> tuple[Store, list[str]]:
     return merged, run_ids
 
 
-__all__ = ["Observer", "RunSummary", "run", "merge", "open_runs", "StoreError", "DEFAULT_OUT"]
+__all__ = [
+    "Observer",
+    "RunSummary",
+    "run",
+    "merge",
+    "report",
+    "devices",
+    "mfu",
+    "open_runs",
+    "StoreError",
+    "DEFAULT_OUT",
+]

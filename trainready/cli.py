@@ -1,7 +1,8 @@
 """The `trainready` command: a thin Typer layer over `trainready.api`.
 
 Bad input (unknown device, suite, model, format; malformed --shard; a store or config that does not
-parse) prints one line naming the problem and the valid choices, and exits with code 2.
+parse; a missing option or a value of the wrong type) prints one line naming the problem and the
+valid choices, and exits with code 2.
 """
 
 from __future__ import annotations
@@ -9,15 +10,27 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from trainready import api
-from trainready.clikit import console, fail, guard
+from trainready.clikit import (
+    ClickException,
+    NoArgsIsHelpError,
+    UsageError,
+    console,
+    fail,
+    guard,
+    print_error,
+    usage_message,
+)
 from trainready.commands import register_all
-from trainready.config import PRESETS, ConfigError
+from trainready.config import DTYPES, PRESETS, ConfigError, check_choice
+from trainready.models.specs import list_specs
+from trainready.peaks import KINDS
+from trainready.suites import SUITES, expand
 
 app = typer.Typer(
     name="trainready",
@@ -47,33 +60,64 @@ def devices(
     ] = False,
 ) -> None:
     """List the devices this machine can test, with memory and the peak FLOP/s used for MFU."""
-    from trainready.core.store import Store
-    from trainready.device import available_devices, device_info, resolve_peak
+    check_choice("dtype", dtype, DTYPES)
+    console.print(
+        _devices_table(api.devices(out, dtype, measure=measure, recalibrate=recalibrate), dtype)
+    )
 
+
+def _devices_table(rows: list[dict[str, Any]], dtype: str) -> Table:
     table = Table(title="Devices")
     for col in ("device", "name", "memory", f"peak {dtype}", "peak source"):
         table.add_column(col)
-    with Store(out) as store:
-        for dev in available_devices():
-            info = device_info(dev)
-            mem = info.get("total_memory")
-            peak = (
-                resolve_peak(dev, dtype, store=store, recalibrate=recalibrate) if measure else None
-            )
-            table.add_row(
-                dev,
-                str(info.get("name", "?")),
-                f"{mem / 2**30:.1f} GiB" if mem else "?",
-                f"{peak['flops'] / 1e12:.2f} TFLOP/s" if peak else "-",
-                peak["label"] if peak else "not measured (--no-measure)",
-            )
-    console.print(table)
+    for row in rows:
+        mem, peak = row["info"].get("total_memory"), row["peak"]
+        table.add_row(
+            row["device"],
+            str(row["info"].get("name", "?")),
+            f"{mem / 2**30:.1f} GiB" if mem else "?",
+            f"{peak['flops'] / 1e12:.2f} TFLOP/s" if peak else "-",
+            peak["label"] if peak else "not measured (--no-measure)",
+        )
+    return table
+
+
+# The suite options `run` has flags for, and the built-in suites that read each (the others
+# ignore it, and `run` warns when none of the run's suites would read a flag given).
+FLAG_USERS: dict[str, tuple[str, ...]] = {
+    "compile_backend": ("parity", "train", "dist"),
+    "nproc": ("train", "dist"),
+    "pg_backend": ("train", "dist"),
+    "variants": ("flex",),
+    "baseline": ("parity",),
+    "profile": ("train",),
+}
+
+
+def _flag_help(text: str, option: str) -> str:
+    return f"{text} ({', '.join(FLAG_USERS[option])})."
+
+
+def unused_flag_warnings(suites: list[str], flags: dict[str, object]) -> list[str]:
+    """A line per suite flag given that no suite of the run reads. Only for runs of built-in
+    suites: a suite named by module path may read any option."""
+    names = expand(suites)
+    if not all(n in SUITES for n in names):
+        return []
+    return [
+        f"--{key.replace('_', '-')} is ignored by {', '.join(names)}; used by {', '.join(users)}"
+        for key, value in flags.items()
+        if value is not None and not set(users := FLAG_USERS[key]) & set(names)
+    ]
 
 
 @app.command()
 @guard
 def run(
-    suites: Annotated[list[str], typer.Argument(help="Suites to run, e.g. matmul.")],
+    suites: Annotated[
+        list[str],
+        typer.Argument(help=f"Suites to run: {', '.join(SUITES)}, or all (every one of them)."),
+    ],
     device: Annotated[
         str, typer.Option(help="cpu, cuda, cuda:N, xpu, mps, neuron… or auto.")
     ] = "auto",
@@ -98,7 +142,7 @@ def run(
         str | None, typer.Option(help="Glob over case ids, e.g. 'matmul/Qwen3*'.")
     ] = None,  # noqa: A002
     dtype: Annotated[
-        str | None, typer.Option(help="fp32, bf16, fp16 (default: per suite).")
+        str | None, typer.Option(help=f"{', '.join(DTYPES)} (default: per suite).")
     ] = None,
     mem_limit_mb: Annotated[
         int | None, typer.Option(help="Cap each worker's extra address space (CPU isolation).")
@@ -115,44 +159,53 @@ def run(
     compile_backend: Annotated[
         str | None,
         typer.Option(
-            help="torch.compile backend for compiled cases (default inductor).",
+            help=_flag_help(
+                "torch.compile backend for compiled cases (default inductor)", "compile_backend"
+            ),
             rich_help_panel="Suite options",
         ),
     ] = None,
     nproc: Annotated[
         int | None,
         typer.Option(
-            help="Processes (ranks) for distributed suites (train, dist).",
+            help=_flag_help("Processes (ranks) per distributed case", "nproc"),
             rich_help_panel="Suite options",
         ),
     ] = None,
     pg_backend: Annotated[
         str | None,
         typer.Option(
-            help="Process-group backend (default: per device: gloo, nccl, xccl…).",
+            help=_flag_help(
+                "Process-group backend (default: per device: gloo, nccl, xccl…)", "pg_backend"
+            ),
             rich_help_panel="Suite options",
         ),
     ] = None,
     variants: Annotated[
         Path | None,
         typer.Option(
-            help="Python file of extra FlexAttention variants (flex).",
+            help=_flag_help("Python file of extra FlexAttention variants", "variants"),
             rich_help_panel="Suite options",
         ),
     ] = None,
     baseline: Annotated[
         str | None,
         typer.Option(
-            help="A stored run to compare numerics against (parity): DIR or DIR:RUN_ID.",
+            help=_flag_help(
+                "A stored run to compare numerics against: DIR or DIR:RUN_ID", "baseline"
+            ),
             rich_help_panel="Suite options",
         ),
     ] = None,
     profile: Annotated[
         bool,
         typer.Option(
-            help="train: after the timed steps of each mode's warm (else cold) scenario, record "
-            "a few more with torch.profiler (shapes, stacks, memory); a gzipped trace and "
-            "metadata.json per capture go to OUT/RUN_ID/artifacts/, named in the report.",
+            help=_flag_help(
+                "After the timed steps of each mode's warm (else cold) scenario, record a few "
+                "more with torch.profiler (shapes, stacks, memory); a gzipped trace and "
+                "metadata.json per capture go to OUT/RUN_ID/artifacts/, named in the report",
+                "profile",
+            ),
             rich_help_panel="Suite options",
         ),
     ] = False,
@@ -168,17 +221,18 @@ def run(
     """Run suites on a device. Results are stored as they arrive; Ctrl-C keeps them (--resume)."""
     from trainready.progress import RichObserver
 
-    options = suite_options(
-        set_,
-        compile_backend=compile_backend,
-        nproc=nproc,
-        pg_backend=pg_backend,
-        variants=str(variants.resolve()) if variants else None,
-        baseline=baseline,
-        profile=profile or None,
-    )
+    flags = {
+        "compile_backend": compile_backend,
+        "nproc": nproc,
+        "pg_backend": pg_backend,
+        "variants": str(variants.resolve()) if variants else None,
+        "baseline": baseline,
+        "profile": profile or None,
+    }
+    options = suite_options(set_, **flags)
 
-    with RichObserver(console) as obs:
+    # Printed once the run is planned, i.e. its input is valid: bad input stays one line.
+    with RichObserver(console, warnings=unused_flag_warnings(suites, flags)) as obs:
         try:
             summary = api.run(
                 suites,
@@ -198,7 +252,7 @@ def run(
                 ray_address=ray_address,
             )
         except KeyboardInterrupt:
-            obs.progress.stop()
+            obs.stop()
             fail("interrupted: finished cases are stored; rerun with --resume to finish", 130)
     _print_summary(out, summary.run_id)
     if report:
@@ -255,11 +309,7 @@ def report(
     ] = None,
 ) -> None:
     """Render a report for a run, optionally side by side with other runs."""
-    from trainready.report import render
-
-    store, run_ids = api.open_runs(list(runs) + list(compare or []))
-    with store:
-        text = render(store, run_ids, format)
+    text = api.report(*runs, compare=compare, fmt=format)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
@@ -271,11 +321,22 @@ def report(
 @app.command()
 @guard
 def merge(
-    runs: Annotated[list[str], typer.Argument(help="Shard output directories to combine.")],
+    runs: Annotated[
+        list[str], typer.Argument(help="Runs to combine: DIR (its latest run) or DIR:RUN_ID.")
+    ],
     out: Annotated[Path, typer.Option(help="Directory for the merged run.")] = Path("merged"),
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="Merge even if shards of the run are missing; the merged run records which and "
+            "stays unfinished.",
+        ),
+    ] = False,
 ) -> None:
-    """Combine the outputs of `run --shard I/N` into one run."""
-    run_id = api.merge(runs, out)
+    """Combine the outputs of `run --shard I/N` into one run (refused if shards overlap, differ in
+    settings or are missing, unless --allow-partial)."""
+    run_id = api.merge(runs, out, allow_partial=allow_partial)
     console.print(f"merged {len(runs)} runs into {out}:{run_id}")
     _print_summary(out, run_id)
 
@@ -284,22 +345,26 @@ def merge(
 @guard
 def mfu(
     model: Annotated[
-        str, typer.Option(help="A named config (e.g. qwen3-8b) or a config.json path.")
+        str,
+        typer.Option(
+            help=f"A named config ({', '.join(list_specs())}; case-insensitive, HF ids work "
+            "too) or a path to a Hugging Face config.json."
+        ),
     ],
     seq_len: Annotated[int, typer.Option(help="Sequence length T.")],
     tokens_per_s: Annotated[float, typer.Option(help="Total tokens/s across all devices.")],
     devices: Annotated[int, typer.Option(help="Number of devices D (X is their total).")],
     device_kind: Annotated[
-        str | None, typer.Option(help="A key of the peak table (e.g. h100-sxm).")
+        str | None, typer.Option(help=f"A key of the peak table: {', '.join(KINDS)}.")
     ] = None,
     peak_tflops: Annotated[float | None, typer.Option(help="Peak TFLOP/s per device.")] = None,
     dtype: Annotated[str, typer.Option(help="Dtype of the peak for --device-kind.")] = "bf16",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """MFU from a published throughput: FLOPs/token = 6·N + 12·L·H·Q·T (TorchTitan)."""
-    from trainready.mfu import calculate, format_text
+    from trainready.mfu import format_text
 
-    result = calculate(
+    result = api.mfu(
         model,
         seq_len=seq_len,
         tokens_per_s=tokens_per_s,
@@ -315,7 +380,24 @@ def mfu(
 
 
 def main() -> None:
-    app()
+    """The console entry point: the Typer app, except that a usage error (a missing option, a
+    value of the wrong type, no such command) is one line and exit code 2, as all bad input is,
+    where Typer would draw a box of several."""
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as e:  # the help is printed when the error is made
+        sys.exit(e.exit_code)
+    except UsageError as e:
+        print_error(usage_message(e))
+        sys.exit(2)
+    except ClickException as e:
+        print_error(" ".join(e.format_message().split()))
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print_error("aborted")
+        sys.exit(1)
+    # A command's own exit code (typer.Exit), or None: success.
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 register_all(app)

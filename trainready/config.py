@@ -41,7 +41,7 @@ class RunConfig:
     device: str = "cpu"  # resolved device string, e.g. "cpu", "cuda:0"
     preset: str = "quick"
     dtype: str | None = None  # None: each suite's default
-    budget_s: float | None = None  # per case; None: each suite's default
+    budget_s: float | None = None  # per case, over the suite's; None: the case's own or suite's
     filter: str | None = None  # glob over case ids
     shard: tuple[int, int] | None = None
     jobs: int = 1

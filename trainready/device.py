@@ -7,6 +7,7 @@ vendor calls left (device properties for `device_info`) are confined to small he
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import platform
@@ -15,6 +16,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -471,6 +473,169 @@ def device_key(device: str) -> str:
     return "|".join(parts)
 
 
+# -- vendor stack ---------------------------------------------------------------------------------
+# What sits under torch on a device: the kernel driver, the collective library (NCCL; RCCL under
+# the same API on ROCm) and, on ROCm, the HIP runtime and the ROCm install. Read once per run for
+# its environment snapshot, never by device_info (tools such as nvidia-smi take a while). Each
+# entry is {"version", "source"}, or {"version": None, "why"}: a missing tool or library must
+# never fail a run over a version string.
+VENDOR_TOOL_TIMEOUT_S = 5.0
+# The amdgpu kernel module's version; only a DKMS-installed driver has it (not the in-tree one).
+AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
+
+
+class _Unknown(Exception):
+    """Why a version cannot be read here (a missing tool, a library not installed)."""
+
+
+Reader = Callable[[], str]
+
+
+def _probe(*sources: tuple[str, Reader]) -> dict[str, str | None]:
+    """The version the first source that answers gives, with its name; else why none did."""
+    why = []
+    for name, read in sources:
+        try:
+            return {"version": read(), "source": name}
+        except Exception as e:  # noqa: BLE001 - a half-installed stack is a finding, not a crash
+            reason = str(e) if isinstance(e, _Unknown) else f"{type(e).__name__}: {e}"
+            why.append(f"{name}: {reason}")
+    return {"version": None, "why": "; ".join(why)}
+
+
+def _run_tool(*cmd: str) -> str:
+    """The stdout of a vendor command-line tool, bounded by VENDOR_TOOL_TIMEOUT_S."""
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=VENDOR_TOOL_TIMEOUT_S, check=True
+        )
+    except FileNotFoundError:
+        raise _Unknown("not installed") from None
+    except subprocess.TimeoutExpired:
+        raise _Unknown(f"no answer within {VENDOR_TOOL_TIMEOUT_S:g} s") from None
+    except subprocess.CalledProcessError as e:
+        said = " ".join((e.stderr or e.stdout or "").split())[:200]  # one line in the snapshot
+        raise _Unknown(f"exit code {e.returncode}: {said}") from None
+    return done.stdout
+
+
+def _import_vendor(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise _Unknown("not installed") from None
+
+
+def _nccl_version() -> str:
+    if not torch.cuda.is_available():
+        raise _Unknown("CUDA is not available")
+    major, minor, patch, *suffix = torch.cuda.nccl.version()
+    return f"{major}.{minor}.{patch}{''.join(suffix)}"
+
+
+def _nvml_driver() -> str:
+    # torch 2.13 has no driver-version API of its own (torch.cuda only uses NVML to count devices).
+    nvml = _import_vendor("pynvml")
+    nvml.nvmlInit()
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+    finally:
+        nvml.nvmlShutdown()
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def _nvidia_smi_driver() -> str:
+    out = _run_tool("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    per_gpu = out.split()  # one line per GPU, all the same driver
+    if not per_gpu:
+        raise _Unknown("printed no driver version")
+    return per_gpu[0]
+
+
+def _amdsmi_driver() -> str:
+    smi = _import_vendor("amdsmi")
+    smi.amdsmi_init()
+    try:
+        handle = smi.amdsmi_get_processor_handles()[0]
+        return str(smi.amdsmi_get_gpu_driver_info(handle)["driver_version"])
+    finally:
+        smi.amdsmi_shut_down()
+
+
+def _read_version_file(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        raise _Unknown(f"no {path}") from None
+
+
+def _rocm_smi_driver() -> str:
+    m = re.search(r"Driver version:\s*(\S+)", _run_tool("rocm-smi", "--showdriverversion"))
+    if m is None:
+        raise _Unknown("printed no driver version")
+    return m.group(1)
+
+
+def _hip_runtime_version() -> str:
+    # As torch.utils.collect_env reads it: the build configuration names the HIP runtime.
+    m = re.search(r"HIP Runtime\s+(\S+)", torch._C._show_config())
+    if m is None:
+        raise _Unknown("names no HIP runtime")
+    return m.group(1)
+
+
+def _rocm_path() -> Path:
+    return Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
+
+
+def _nvidia_stack() -> dict[str, Any]:
+    return {
+        "vendor": "nvidia",
+        "driver": _probe(("pynvml", _nvml_driver), ("nvidia-smi", _nvidia_smi_driver)),
+        "nccl": _probe(("torch.cuda.nccl", _nccl_version)),
+    }
+
+
+def _amd_stack() -> dict[str, Any]:
+    return {
+        "vendor": "amd",
+        "driver": _probe(
+            ("amdsmi", _amdsmi_driver),
+            ("sysfs", lambda: _read_version_file(AMDGPU_VERSION_FILE)),
+            ("rocm-smi", _rocm_smi_driver),
+        ),
+        "nccl": _probe(("torch.cuda.nccl (RCCL)", _nccl_version)),
+        "hip_runtime": _probe(("torch build config", _hip_runtime_version)),
+        "rocm": _probe(("ROCM_PATH", lambda: _read_version_file(_rocm_path() / ".info/version"))),
+    }
+
+
+def _intel_stack(index: int) -> dict[str, Any]:
+    def driver() -> str:
+        return str(torch.xpu.get_device_properties(index).driver_version)
+
+    return {"vendor": "intel", "driver": _probe(("torch.xpu device properties", driver))}
+
+
+def vendor_stack(device: str) -> dict[str, Any]:
+    """The driver and library versions under torch for `device` (see the section comment).
+
+    NVIDIA: driver from pynvml, else nvidia-smi; NCCL. AMD (a ROCm build's "cuda" device):
+    driver from amdsmi, else the amdgpu module's sysfs version, else rocm-smi; RCCL; HIP runtime;
+    the ROCm install. Intel XPU: the driver its device properties name. Others: why none.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return _amd_stack() if torch.version.hip else _nvidia_stack()
+    if dev.type == "xpu":
+        return _intel_stack(dev.index or 0)
+    if dev.type == "cpu":
+        why = "the cpu has no device driver"
+    else:
+        why = f"trainready reads no driver version for {dev.type!r} devices"
+    return {"vendor": None, "driver": {"version": None, "why": why}}
+
+
 # -- peak FLOP/s ----------------------------------------------------------------------------------
 def _time_matmuls(
     a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int, clock: Timer
@@ -626,10 +791,17 @@ def resolve_peak(
 def default_pg_backend(device: str) -> str:
     """The process-group backend torch pairs with the device type: gloo on the cpu, nccl on
     CUDA/ROCm, xccl on XPU, and whatever a vendor registered for its device
-    (`torch.distributed.Backend.register_backend(..., devices=[...])`)."""
+    (`torch.distributed.Backend.register_backend(..., devices=[...])`). A device torch does not
+    know, or one no backend is registered for, is a ConfigError that says to name one."""
     import torch.distributed as dist
 
-    dev_type = device_type(device)
+    try:
+        dev_type = device_type(device)
+    except RuntimeError as e:  # torch.device("foo"): not a device type torch knows
+        first = str(e).splitlines()[0]
+        raise ConfigError(
+            f"unknown device {device!r} ({first}); no process-group backend to pick for it"
+        ) from None
     try:
         return dist.get_default_backend_for_device(dev_type)
     except (ValueError, RuntimeError) as e:

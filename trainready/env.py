@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,36 +81,32 @@ def relevant_env_vars() -> dict[str, str]:
     }
 
 
-def git_sha() -> str | None:
-    """The project's own commit, when it runs from a checkout."""
+def _git(*args: str) -> str:
     root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=True
+    )
+    return done.stdout.strip()
+
+
+def git_sha() -> str | None:
+    """The project's own commit ("-dirty" with uncommitted changes), when it runs from a checkout."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
+        sha = _git("rev-parse", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
-    sha = out.stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        timeout=5,
-    ).stdout.strip()
     return sha + ("-dirty" if dirty else "")
 
 
 def snapshot(device: str) -> dict[str, Any]:
     import torch
 
-    from trainready.device import device_info
+    from trainready.device import device_info, vendor_stack
 
     return {
         "python": sys.version.split()[0],
+        "os": f"{platform.system()} {platform.release()}",
         "platform": platform.platform(),
         "machine": platform.machine(),
         "hostname": platform.node(),
@@ -121,6 +118,8 @@ def snapshot(device: str) -> dict[str, Any]:
         "packages": package_versions(),
         "env_vars": relevant_env_vars(),
         "device": device_info(device),
+        "vendor_stack": vendor_stack(device),
         "git_sha": git_sha(),
-        "command": " ".join(sys.argv),
+        # Quoted as a shell would need it, so the run can be repeated by pasting it.
+        "command": shlex.join(sys.argv),
     }

@@ -17,6 +17,7 @@ from rich.progress import (
 )
 
 from trainready.api import Observer
+from trainready.clikit import warn
 from trainready.core.case import FAILING, Case, Result
 
 STATUS_STYLE = {
@@ -31,8 +32,13 @@ def status_style(status: str) -> str:
 
 
 class RichObserver(Observer):
-    def __init__(self, console: Console):
+    """Draws the run's progress on `console`. `warnings` go to stderr once the run is planned (its
+    input valid, so bad input stays one line); the bar starts then too, so a run refused before
+    it starts prints nothing on stdout."""
+
+    def __init__(self, console: Console, warnings: list[str] | None = None):
         self.console = console
+        self.warnings = list(warnings or [])
         self.counts: Counter[str] = Counter()
         self.progress = Progress(
             SpinnerColumn(),
@@ -50,11 +56,15 @@ class RichObserver(Observer):
         self.task = None
 
     def __enter__(self) -> RichObserver:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the bar if it started (stopping one that did not would print an empty line)."""
+        if self.progress.live.is_started:
+            self.progress.stop()
 
     def _tally(self) -> str:
         passed = self.counts["pass"]
@@ -66,6 +76,9 @@ class RichObserver(Observer):
         self.console.print(f"[dim]{text}[/]")
 
     def on_plan(self, run_id: str, total: int, already_done: int) -> None:
+        for line in self.warnings:
+            warn(line)
+        self.progress.start()
         self.console.print(
             f"run [bold]{run_id}[/]: {total} cases"
             + (f", {already_done} already done (resuming)" if already_done else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 from dataclasses import dataclass
@@ -19,9 +20,19 @@ def shard_of(case_id: str, num_shards: int) -> int:
     return int.from_bytes(digest[:8], "big") % num_shards
 
 
+# How many case ids a --filter that matches nothing names as examples.
+FILTER_EXAMPLES = 3
+
+
+def matching(cases: list[Case], pattern: str | None) -> list[Case]:
+    """The cases whose id matches the --filter glob (all of them without one)."""
+    if not pattern:
+        return cases
+    return [c for c in cases if fnmatch.fnmatchcase(c.id, pattern)]
+
+
 def select(cases: list[Case], pattern: str | None, shard: tuple[int, int] | None) -> list[Case]:
-    if pattern:
-        cases = [c for c in cases if fnmatch.fnmatchcase(c.id, pattern)]
+    cases = matching(cases, pattern)
     if shard:
         index, count = shard
         cases = [c for c in cases if shard_of(c.id, count) == index]
@@ -36,24 +47,46 @@ class PlannedSuite:
     cases: list[Case]
 
     def budget_s(self, cfg: RunConfig, case: Case) -> float:
-        """A case may carry its own budget; then the user's --budget-s; then the suite default."""
-        if "budget_s" in case.params:
-            return float(case.params["budget_s"])
+        """The user's explicit --budget-s (the most deliberate choice), else the case's own (what
+        its suite or a variants file set for it, narrower than a suite-wide value), else the
+        suite's default."""
         if cfg.budget_s is not None:
             return cfg.budget_s
+        if "budget_s" in case.params:
+            return float(case.params["budget_s"])
         return float(getattr(self.module, "DEFAULT_BUDGET_S", 300.0))
 
     def dtype(self, cfg: RunConfig, case: Case) -> str | None:
         return case.params.get("dtype") or cfg.dtype or getattr(self.module, "DEFAULT_DTYPE", None)
 
 
+def check_filter(pattern: str | None, cases: list[Case]) -> None:
+    """A --filter that matches none of the run's cases is a typo, not an empty run: say so with
+    the ids that look most like it. (A shard left empty by a matching filter is fine.)"""
+    if not pattern or matching(cases, pattern):
+        return
+    ids = [c.id for c in cases]
+    near = difflib.get_close_matches(pattern, ids, n=FILTER_EXAMPLES, cutoff=0.0)
+    examples = f"; closest case ids: {', '.join(near)}" if near else ""
+    raise ConfigError(f"--filter {pattern!r} matches none of the {len(ids)} cases{examples}")
+
+
+def _enumerate(name: str, cfg: RunConfig) -> tuple[ModuleType, list[Case]]:
+    module = load_suite(name)
+    cases = module.cases(cfg)
+    if len({c.id for c in cases}) != len(cases):
+        raise ConfigError(f"suite {name!r} produced duplicate case ids")
+    return module, cases
+
+
 def plan(cfg: RunConfig) -> list[PlannedSuite]:
-    planned = []
-    for name in cfg.suites:
-        module = load_suite(name)
-        cases = select(module.cases(cfg), cfg.filter, cfg.shard)
-        ids = [c.id for c in cases]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"suite {name!r} produced duplicate case ids")
-        planned.append(PlannedSuite(getattr(module, "NAME", name), name, module, cases))
-    return planned
+    """Every suite's cases, filtered, then this shard's share. Raises ConfigError before anything
+    is written when the --filter matches no case at all."""
+    enumerated = {name: _enumerate(name, cfg) for name in cfg.suites}
+    check_filter(cfg.filter, [c for _, cases in enumerated.values() for c in cases])
+    return [
+        PlannedSuite(
+            getattr(module, "NAME", name), name, module, select(cases, cfg.filter, cfg.shard)
+        )
+        for name, (module, cases) in enumerated.items()
+    ]

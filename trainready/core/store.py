@@ -1,12 +1,14 @@
 """SQLite store: one file per output directory, many runs, one row per (run, case).
 
 WAL mode so a reader (a report, a second shell) never blocks the runner, and every result is
-committed the moment it arrives: killing the parent loses only the cases in flight.
+committed the moment it arrives: killing the parent loses only the cases in flight. A new store is
+built in a private file and linked into place complete, so whoever finds the file finds its tables.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -64,6 +66,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
     PRIMARY KEY (device_key, dtype)
 );
 """
+_TABLES = frozenset({"runs", "results", "planned", "calibrations"})
 
 
 class StoreError(Exception):
@@ -87,6 +90,43 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    """Create the tables a store lacks, all in one transaction (a store left half-made by an
+    older version gets them all at once); a complete store is only read, never locked."""
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if _TABLES - have:  # some table missing
+        db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+
+
+def _publish(tmp: Path, db_path: Path) -> None:
+    """Make the finished file `tmp` appear at `db_path` in one step, never over another store."""
+    try:
+        os.link(tmp, db_path)
+    except FileExistsError:
+        pass  # another process created the store first; theirs is complete too
+    except OSError:  # a file system without hard links: rename, unless a store appeared meanwhile
+        if not db_path.exists():
+            os.replace(tmp, db_path)
+
+
+def _create_store_file(db_path: Path) -> None:
+    """A new store file with every table, built aside and published whole: a reader polling for
+    the file (a progress view, a benchmark) never opens it before its tables exist."""
+    tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        db = sqlite3.connect(tmp)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file header
+            _create_schema(db)
+        finally:
+            db.close()  # the last connection checkpoints and removes tmp's -wal and -shm
+        _publish(tmp, db_path)
+    except (OSError, sqlite3.Error) as e:
+        raise StoreError(f"cannot create a trainready store at {db_path}: {e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def new_run_id() -> str:
@@ -138,6 +178,7 @@ class Store:
             if not create:
                 raise StoreError(f"no trainready store at {path} (expected {self.db_path})")
             self.dir.mkdir(parents=True, exist_ok=True)
+            _create_store_file(self.db_path)
         self._connect(self.db_path)
 
     @classmethod
@@ -151,7 +192,7 @@ class Store:
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            _create_schema(self._db)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.db_path} is not a trainready store: {e}") from None
 

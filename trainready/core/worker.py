@@ -2,8 +2,9 @@
 
 A worker is started with the `spawn` method (a clean interpreter: no forked CUDA context), moves into
 its own session so the runner can kill it together with any compile workers it spawned, sends its
-stdout/stderr to a log file (the runner reads the tail when the worker dies), and then serves cases
-over a pipe until told to stop. Messages to the parent:
+stdout/stderr to a log file (the runner reads the tail when the worker dies; faulthandler puts the
+Python stack of a fatal signal there), and then serves cases over a pipe until told to stop.
+Messages to the parent:
 
     ("ready", pid)                       once, after start-up
     ("phase", name)                      whenever the case enters a phase (for timeout reports)
@@ -12,6 +13,7 @@ over a pipe until told to stop. Messages to the parent:
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import resource
@@ -129,6 +131,9 @@ def worker_main(
 ) -> None:
     os.setsid()
     redirect_output(log_path)
+    # A fatal signal (segfault, abort, bus error) then leaves every thread's Python stack in the
+    # log, whose tail the runner keeps as the crash's stderr_tail.
+    faulthandler.enable(all_threads=True)
     if mem_limit_mb:
         _limit_memory(mem_limit_mb)
     try:
