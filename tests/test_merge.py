@@ -63,6 +63,8 @@ def test_a_missing_shard_is_refused_unless_allowed(shards, tmp_path):
     assert run.env["partial_merge"] == {"shards": ["0/2"], "missing_shards": ["1/2"]}
     assert run.finished_at is None  # a partial run is not a finished one
     assert 0 < len(ids) < len(OPTIONS["kinds"])
+    report = api.report(tmp_path, fmt="md")
+    assert "a partial merge: shards 1/2 missing, their cases are not counted" in report
 
 
 def test_runs_with_other_settings_are_refused(shards, tmp_path):

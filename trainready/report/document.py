@@ -47,11 +47,20 @@ def overview(report: Report) -> Section:
     runs = Text(
         "\n".join(
             f"{r.label}: run {r.run_id}, {r.record.preset} preset, suites {fmt.text(r.record.suites)},"
-            f" finished {fmt.timestamp(r.record.finished_at)}"
+            f" finished {fmt.timestamp(r.record.finished_at)}{_partial_note(r.record.env)}"
             for r in report.runs
         )
     )
     return Section("Overview", [Stats(stats), runs], "overview")
+
+
+def _partial_note(env: dict) -> str:
+    """A partial merge says so where the run is named: its counts cover only the given shards."""
+    partial = env.get("partial_merge")
+    if not partial:
+        return ""
+    missing = ", ".join(partial.get("missing_shards", []))
+    return f" — a partial merge: shards {missing} missing, their cases are not counted"
 
 
 def _percent_or_none(value: float | None) -> str:
