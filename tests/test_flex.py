@@ -1,11 +1,10 @@
 """The flex suite without compiling: its grid, its variants and their float64 references, the
-backend's refusal, compile-error categories, user variant files, and the report section."""
+numerics check of outputs and gradients, the backend's refusal, compile-error categories, and the
+report section (user variant files: test_flex_variants.py)."""
 
 from __future__ import annotations
 
 import math
-import re
-import textwrap
 import warnings
 
 import pytest
@@ -13,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
-from trainready import api
-from trainready.config import ConfigError, RunConfig
+from trainready.config import RunConfig
 from trainready.core.case import Case, Result
 from trainready.core.context import Unsupported
 from trainready.core.store import RunRecord, Store
@@ -22,7 +20,7 @@ from trainready.report import render
 from trainready.report.model import build_report
 from trainready.report.sections import flex as flex_section
 from trainready.suites import flex
-from trainready.suites.flex_variants import BUILTIN, Shape, load_user_variants
+from trainready.suites.flex_variants import BUILTIN, Shape
 
 SHAPE = Shape(B=2, Hq=4, Hkv=2, S=128, D=16)
 
@@ -133,6 +131,42 @@ def test_check_passes_pytorchs_own_bf16_result_and_fails_a_perturbed_one():
     assert not ok and verdicts["out"]["rule"] == "rmse_vs_cpu"
 
 
+def _dense_grads(x: flex.Inputs, mods: flex.Mods) -> dict[str, torch.Tensor]:
+    return flex.dense_attention(x, mods, torch.float32, "cpu", grad=True)
+
+
+def test_check_judges_every_gradient_and_names_the_worst():
+    """The fwd_bwd rule, which no CPU run reaches (the CPU refuses flex backward)."""
+    mods = BUILTIN["document"].build(SHAPE, "cpu")
+    x = flex.make_inputs(SHAPE, torch.float32, "cpu", grad=True)
+    got = _dense_grads(x, mods)
+    ok, worst, verdicts = flex.check(x, mods, got, "fp32", "cpu", grad=True)
+    assert ok, verdicts[worst]
+    assert set(verdicts) == {"out", "grad_q", "grad_k", "grad_v"}
+    skewed = {**got, "grad_k": got["grad_k"] * 1.01}
+    ok, worst, verdicts = flex.check(x, mods, skewed, "fp32", "cpu", grad=True)
+    assert not ok and worst == "grad_k"
+    assert [n for n, v in verdicts.items() if not v["ok"]] == ["grad_k"]
+
+
+def _sdpa_as_flex(q, k, v, score_mod, block_mask, enable_gqa):
+    """flex_attention's stand-in for the noop variant: SDPA computes the same attention without
+    mods, and has the CPU backward flex lacks."""
+    assert score_mod is None and block_mask is None
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
+
+
+def test_the_fwd_bwd_step_gives_gradients_that_check_accepts():
+    """step_fn's gradients, by name, against the float64 reference (GQA: grad_k and grad_v share
+    a shape, so a swap would fail)."""
+    mods = BUILTIN["noop"].build(SHAPE, "cpu")
+    x = flex.make_inputs(SHAPE, torch.float32, "cpu", grad=True)
+    got = flex.step_fn("fwd_bwd", _sdpa_as_flex, x, mods, None)()
+    assert set(got) == {"out", "grad_q", "grad_k", "grad_v"}
+    ok, worst, verdicts = flex.check(x, mods, got, "fp32", "cpu", grad=True)
+    assert ok, verdicts[worst]
+
+
 # --- what the backend refuses, and compile-error categories -----------------------------------------
 
 
@@ -161,80 +195,6 @@ def test_first_call_sorts_errors_into_unsupported_compile_and_oom():
         flex.first_call(_raising(type("LoweringException", (Exception,), {})("bad")), "cpu")
     with pytest.raises(torch.OutOfMemoryError):
         flex.first_call(_raising(torch.OutOfMemoryError("out of memory")), "cpu")
-
-
-# --- user variant files -----------------------------------------------------------------------------
-
-GOOD = """
-import math
-
-def causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-def half(score, b, h, q_idx, kv_idx):
-    return score * 0.5
-
-VARIANTS = {
-    "half_causal": {"score_mod": half, "mask_mod": causal, "budget_s": 7},
-    "built": {"build": lambda shape, device: {"score_mod": half}, "description": "built"},
-}
-"""
-
-
-def _write(tmp_path, text: str, name: str = "variants.py") -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return str(path)
-
-
-def test_user_variants_join_every_preset_with_their_budget(tmp_path):
-    path = _write(tmp_path, GOOD)
-    cases = _cases("standard", variants=path)
-    user = [c for c in cases if c.params["user"]]
-    assert {c.params["variant"] for c in user} == {"half_causal", "built"}
-    assert len(user) == 2 * 64
-    assert {c.params.get("budget_s") for c in user if c.params["variant"] == "half_causal"} == {7}
-
-
-def test_a_user_variant_without_reference_is_checked_against_its_own_mods(tmp_path):
-    variant = load_user_variants(_write(tmp_path, GOOD))["half_causal"]
-    mods = variant.build(SHAPE, "cpu")
-    x = _inputs()
-    got = flex.dense_attention(x, mods, torch.float64, "cpu", grad=False)["out"]
-    scaled = flex.Inputs(x.q * 0.5, x.k, x.v, x.grad_out)  # half the scores = half the q
-    causal = BUILTIN["causal"].build(SHAPE, "cpu")
-    want = flex.dense_attention(scaled, causal, torch.float64, "cpu", grad=False)["out"]
-    torch.testing.assert_close(got, want)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("VARIANTS = {\n", "cannot import it: SyntaxError"),
-        ("import no_such_module_here\n", "cannot import it: ModuleNotFoundError"),
-        ("X = 1\n", "defines no VARIANTS dict"),
-        ("VARIANTS = {'a': {'score_mod': len, 'colour': 1}}\n", "unknown keys ['colour']"),
-        ("VARIANTS = {'a': {'reference': len}}\n", "needs a score_mod, a mask_mod or both"),
-        ("VARIANTS = {'a': {'score_mod': 3}}\n", "score_mod is not callable"),
-        ("VARIANTS = {'causal': {'score_mod': len}}\n", "clashes with the built-in"),
-        ("VARIANTS = {'a b': {'score_mod': len}}\n", "names may hold only"),
-        ("VARIANTS = {'a': {'score_mod': len, 'budget_s': -1}}\n", "budget_s must be a positive"),
-        ("VARIANTS = {'a': {'build': len, 'score_mod': len}}\n", "either a callable build"),
-    ],
-)
-def test_a_broken_user_file_is_one_error_naming_it(tmp_path, text, expected):
-    path = _write(tmp_path, text, name=f"broken_{abs(hash(text))}.py")
-    with pytest.raises(ConfigError, match=re.escape(expected)) as info:
-        _cases("quick", variants=path)
-    assert str(info.value).startswith(f"--variants {path}: ")
-    assert "\n" not in str(info.value)
-
-
-def test_a_missing_user_file_stops_the_run_before_it_starts(tmp_path):
-    missing = str(tmp_path / "nope.py")
-    with pytest.raises(ConfigError, match=re.escape(f"--variants {missing}: no such file")):
-        api.run(["flex"], device="cpu", out=tmp_path / "out", options={"variants": missing})
-    assert not (tmp_path / "out" / "trainready.db").exists()
 
 
 # --- the report section -----------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """The flex suite end to end on the CPU, through the CLI and the real runner: a compiled variant
-passes, a planted wrong score_mod is `fail_numerics`, a compile that cannot finish in its budget is
-`timeout` in phase `compile`, the CPU backward is `unsupported` with PyTorch's message, and the
-reports carry the pass table and the heat map.
+passes, a masked one (through create_block_mask) passes counting only its kept blocks' work, a
+planted wrong score_mod is `fail_numerics`, a compile that cannot finish in its budget is `timeout`
+in phase `compile`, the CPU backward is `unsupported` with PyTorch's message, and the reports carry
+the pass table and the heat map.
 
-One run covers all of it, since each compile costs seconds on a CPU. The planted variant is ALiBi
-with its slopes' exponent sign flipped: its score_mod is the built-in's, line for line, so the
-kernel compiles to the same graph (a hit in inductor's cache) and only the numbers differ.
+One run covers all of it (alibi, causal and the user's variants), since each compile costs seconds
+on a CPU. The planted variant is ALiBi with its slopes' exponent sign flipped: its score_mod is the
+built-in's, line for line, so the kernel compiles to the same graph (a hit in inductor's cache) and
+only the numbers differ. Planning calls every user mod once, plainly (flex.probe_user_variant), so
+the slow variant's loop runs only under compile, as a mod too big to compile would.
 """
 
 from __future__ import annotations
@@ -42,15 +45,17 @@ def _alibi(sign):
     return build
 
 
-def never_finishes_tracing(score, b, h, q_idx, kv_idx):
-    for _ in range(10**9):  # dynamo unrolls every iteration: compile cannot finish
+def never_finishes_compiling(score, b, h, q_idx, kv_idx):
+    # Dynamo unrolls every iteration when it compiles this: compile cannot finish. Called plainly
+    # (the planning probe), it is one add.
+    for _ in range(10**9 if torch.compiler.is_compiling() else 1):
         score = score + 0.0
     return score
 
 
 VARIANTS = {
     "alibi_wrong": {"build": _alibi(+1.0), "description": "planted: exponent sign flipped"},
-    "alibi_slow": {"score_mod": never_finishes_tracing, "budget_s": 5},
+    "alibi_slow": {"score_mod": never_finishes_compiling, "budget_s": 5},
 }
 """
 
@@ -79,7 +84,7 @@ def flex_run(tmp_path_factory):
                 "--variants",
                 str(variants),
                 "--filter",
-                "flex/alibi*",
+                "flex/[ac]*",  # alibi, causal, and the user's alibi_wrong and alibi_slow
             ],  # fmt: skip
         )
     assert result.exit_code == 0, result.output
@@ -95,13 +100,25 @@ def _result(results: dict, variant: str, pass_: str) -> dict:
 
 def test_a_compiled_builtin_variant_passes_with_its_numbers(flex_run):
     _, results = flex_run
-    assert len(results) == 6
+    assert len(results) == 8
     r = _result(results, "alibi", "fwd")
     assert r["status"] == "pass", r["diagnostics"]
     m = r["metrics"]
     assert m["compile_s"] > 0 and m["run_ms"] > 0
     assert m["tflops"] == pytest.approx(m["tflops_dense"])  # ALiBi masks nothing
     assert r["diagnostics"]["numerics"]["out"]["ok"]
+
+
+def test_a_masked_variant_counts_only_the_blocks_its_mask_keeps(flex_run):
+    _, results = flex_run
+    r = _result(results, "causal", "fwd")
+    assert r["status"] == "pass", r["diagnostics"]
+    m = r["metrics"]
+    share = m["block_share"]
+    assert 0 < share < 1
+    assert m["gflop"] == pytest.approx(share * m["gflop_dense"])
+    assert m["tflops"] == pytest.approx(share * m["tflops_dense"])
+    assert m["tflops"] < m["tflops_dense"]
 
 
 def test_the_planted_wrong_score_mod_is_fail_numerics_naming_the_tensor(flex_run):
@@ -120,7 +137,7 @@ def test_a_compile_past_its_budget_is_a_timeout_in_phase_compile(flex_run):
 
 def test_the_cpu_backward_is_unsupported_with_pytorchs_message(flex_run):
     _, results = flex_run
-    for variant in ("alibi", "alibi_wrong"):
+    for variant in ("alibi", "causal", "alibi_wrong"):
         r = _result(results, variant, "fwd_bwd")
         assert r["status"] == "unsupported"
         assert "does not support backward on CPU" in r["diagnostics"]["reason"]
@@ -130,6 +147,7 @@ def test_reports_carry_the_pass_table_and_the_heat_map(flex_run):
     run_dir, _ = flex_run
     md = (run_dir / "report.md").read_text()
     assert "| alibi | 1/1 | 0/1 | 1 unsupported |" in md
+    assert "| causal | 1/1 | 0/1 | 1 unsupported |" in md
     assert "1 timeout (compile)" in md
     html = (run_dir / "report.html").read_text()
     assert 'aria-label="FlexAttention status over the grid"' in html

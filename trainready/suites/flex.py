@@ -18,7 +18,11 @@ Presets (Hq, Hkv = query and key/value heads; Hkv < Hq is GQA):
 - `quick`: every built-in variant at B=2, (Hq, Hkv) = (4, 2), S=256, D=32 (18 cases; on a 2-core
   CPU each forward case compiles for seconds to tens of seconds, less when inductor's on-disk
   cache hits, and the CPU refuses every backward).
-User variants join every preset's grid, under their own `budget_s` when the file gives one.
+User variants join every preset's grid, under their own `budget_s` when the file gives one (an
+explicit `--budget-s` wins over it). Planning calls each user variant's code once on a tiny CPU
+problem (`probe_user_variant`): a mod, builder or reference that raises, or returns the wrong
+shape, stops the run with one line naming the file and variant, before any case is charged to the
+device. Its values are not judged there; a wrong mod is the device run's `fail_numerics`.
 
 Case names: `{variant}/B{B}/H{Hq}-{Hkv}/S{S}/D{D}/{pass}`, e.g. `causal/B2/H16-4/S1024/D64/fwd_bwd`.
 
@@ -58,15 +62,17 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.attention.flex_attention as flex_module
 from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from trainready.config import RunConfig
+from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, synchronize, torch_dtype
@@ -140,7 +146,8 @@ def _case(variant: Variant, shape: Shape, pass_: str, dtype: str) -> Case:
         "dtype": dtype,
     }
     if variant.budget_s is not None:
-        params["budget_s"] = variant.budget_s  # the runner's per-case override
+        # The case's own budget: core.plan puts an explicit --budget-s above it.
+        params["budget_s"] = variant.budget_s
     return Case(NAME, case_name(variant.name, shape, pass_), params)
 
 
@@ -148,6 +155,8 @@ def cases(cfg: RunConfig) -> list[Case]:
     grid = GRIDS[cfg.preset]
     table = variants(cfg.options)  # a broken --variants file fails here, before any case runs
     user = [n for n, v in table.items() if v.source != "built-in"]
+    for name in user:
+        probe_user_variant(table[name])
     names = [*(grid.variants or BUILTIN), *user]
     dtype = cfg.dtype or default_dtype(cfg.device)
     return [
@@ -300,6 +309,24 @@ def float64_device(device: str) -> str:
     return device
 
 
+def _shape_error(value: Any, shape: torch.Size, whose: str) -> str | None:
+    """Why `value` is not a tensor of `shape` ('returned float, not ...'), or None when it is."""
+    if isinstance(value, torch.Tensor) and value.shape == shape:
+        return None
+    got = f"shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+    return f"returned {got}, not a tensor of {whose} shape {list(shape)}"
+
+
+def _reference_scores(mods: Mods, scores: torch.Tensor, *index: torch.Tensor) -> torch.Tensor:
+    """The reference applied to the dense scores, which it must return whole: a broadcast slip
+    would otherwise flow on into the softmax as a wrong verdict rather than an error."""
+    out = mods.reference(scores, *index)
+    error = _shape_error(out, scores.shape, "the scores'")
+    if error:
+        raise ValueError(f"the reference {error}")
+    return out
+
+
 def _dense_group(
     x: Inputs, mods: Mods, b: int, g: int, dtype: torch.dtype, device: str, grad: bool
 ) -> dict[str, torch.Tensor]:
@@ -322,7 +349,9 @@ def _dense_group(
     h = torch.arange(g * group, (g + 1) * group, device=device).view(1, group, 1, 1)
     b_idx = torch.full((1, 1, 1, 1), b, device=device)
     scores = (q.to(work) @ k.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    scores = mods.reference(scores, b_idx, h, idx.view(1, 1, seq, 1), idx.view(1, 1, 1, seq))
+    scores = _reference_scores(
+        mods, scores, b_idx, h, idx.view(1, 1, seq, 1), idx.view(1, 1, 1, seq)
+    )
     scores = scores.to(work)
     # A row the mask drops entirely gets output 0, as flex_attention gives it; zeroing its scores
     # first keeps softmax (and its gradient) free of NaN.
@@ -356,6 +385,58 @@ def dense_attention(
         return torch.cat(rows, dim=0)
 
     return {name: gather(name) for name in parts[0][0]}
+
+
+# --- the planning probe of user variants ---------------------------------------------------------
+
+PROBE = Shape(B=1, Hq=2, Hkv=1, S=128, D=16)  # GQA, one 128-token block: a fraction of a second
+
+
+@contextmanager
+def _plain_eager_flex() -> Iterator[None]:
+    """flex_attention as plain Python: the mods run once, untraced (PyTorch's own debugging switch
+    for them, which its 'without torch.compile' warning names), and that warning is silenced.
+    Tracing would unroll a mod's loops: that cost is a compile's, for the device run to measure."""
+    saved = getattr(flex_module, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", False)
+    flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = saved
+
+
+def _probed(where: str, what: str, call: Callable[[], Any]) -> Any:
+    """call() -> its result; its error as a ConfigError 'WHERE: WHAT: Type: first line'."""
+    try:
+        return call()
+    except ConfigError:
+        raise  # already names the file and the variant (a builder's bad keys)
+    except Exception as e:  # noqa: BLE001 - whatever the user's code raises is the file's error
+        first = (str(e).strip().splitlines() or [""])[0]
+        error = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        raise ConfigError(f"{where}: {what}: {error}") from e
+
+
+def probe_user_variant(variant: Variant) -> None:
+    """Call a user variant's code once on PROBE, on the CPU: its build, its mask_mod through
+    create_block_mask, eager flex_attention with its mods, its dense reference. An error or a
+    result of the wrong shape is a ConfigError naming the file and the variant. The values are
+    not judged: a mod that runs but is wrong must reach the device run, as `fail_numerics`."""
+    where = f"--variants {variant.source}: variant {variant.name!r}"
+    mods = _probed(where, "build(shape, device)", lambda: variant.build(PROBE, "cpu"))
+    x = make_inputs(PROBE, torch.float32, "cpu", grad=False)
+    bm = _probed(where, "mask_mod in create_block_mask", lambda: block_mask_for(mods, PROBE, "cpu"))
+    with _plain_eager_flex(), torch.no_grad():
+        what = "eager flex_attention with its mods"
+        out = _probed(where, what, lambda: attend(flex_attention, x, mods, bm))
+    error = _shape_error(out, x.q.shape, "the query's")
+    if error:
+        raise ConfigError(f"{where}: {what}: {error}")
+    _probed(
+        where, "dense reference", lambda: dense_attention(x, mods, torch.float64, "cpu", grad=False)
+    )
 
 
 # --- execute --------------------------------------------------------------------------------------

@@ -4,39 +4,70 @@ A variant is a `score_mod` and/or a `mask_mod` for `flex_attention`, plus a `ref
 scores written densely over broadcast index tensors, which the suite evaluates in float64 to judge
 the kernel (tests check each built-in's reference against eager flex_attention in float64).
 
-User file contract (`trainready run flex --variants my_variants.py`): the file defines
+User file contract (`trainready run flex --variants my_variants.py`), in either of two forms.
 
-    VARIANTS = {
-        "name": {
-            "score_mod": fn(score, b, h, q_idx, kv_idx) -> score,    # optional
-            "mask_mod": fn(b, h, q_idx, kv_idx) -> bool,              # optional (one of the two)
-            "reference": fn(scores, b, h, q_idx, kv_idx) -> scores,   # optional, recommended
-            "description": "one line for the report",                # optional
-            "budget_s": 600,                                          # optional, per case
-        },
-        # Mods that need buffers sized to the case (per head, per position) come from a builder,
-        # called with a Shape (B, Hq, Hkv, S, D) and a device, returning the three mod keys:
-        "other": {"build": lambda shape, device: {"score_mod": ..., "reference": ...}},
-    }
+1. A module of named functions. Each public top-level function defined in the file (not imported,
+   not starting with `_`) is a variant named after the function, told apart by its signature as
+   flex_attention does (required positional parameters):
+
+       def distance_bias(score, b, h, q_idx, kv_idx):             # a score_mod (5 parameters)
+           return score - 0.1 * (q_idx - kv_idx).abs()
+
+       def distance_bias_reference(scores, b, h, q_idx, kv_idx):  # the reference of the above
+           return scores - 0.1 * (q_idx - kv_idx).abs()
+
+       def band(b, h, q_idx, kv_idx):                             # a mask_mod (4 parameters)
+           return (q_idx - kv_idx).abs() <= 64
+
+   `<name>_reference` is the dense reference of variant `<name>`; a function's docstring (first
+   line) describes it in the report. A public function with any other signature is an error:
+   helpers' names start with `_`. A variant with both mods, buffers sized to the case, or a budget
+   of its own needs the second form.
+
+2. A `VARIANTS` dict (when the file defines one, its functions are only helpers):
+
+       VARIANTS = {
+           "name": {
+               "score_mod": fn(score, b, h, q_idx, kv_idx) -> score,    # optional
+               "mask_mod": fn(b, h, q_idx, kv_idx) -> bool,              # optional (one of the two)
+               "reference": fn(scores, b, h, q_idx, kv_idx) -> scores,   # optional, recommended
+               "description": "one line for the report",                # optional
+               "budget_s": 600,                                          # optional, per case
+           },
+           # Mods that need buffers sized to the case (per head, per position) come from a builder,
+           # called with a Shape (B, Hq, Hkv, S, D) and a device, returning the three mod keys:
+           "other": {"build": lambda shape, device: {"score_mod": ..., "reference": ...}},
+       }
+
+   A variant's `budget_s` replaces the run's default per-case budget; an explicit `--budget-s`
+   replaces both.
 
 `reference` is what the kernel is judged against: it receives the dense scores
 (`q @ k^T / sqrt(D)`; float64 for the reference, the case dtype for the low-precision baseline) and
 index tensors that broadcast against them (b [1,1,1,1], h [1,G,1,1], q_idx [1,1,S,1],
-kv_idx [1,1,1,S]), and returns the scores after the variant, -inf where the mask drops a pair.
-Write it independently of the mods (from the paper's formula), and a wrong mod fails the numerics
-check. Without one, the variant's own mods are applied densely by broadcasting: that checks the
-kernel against the math of the same mods, not the mods themselves. A builder is called once for
-the kernel's device and once for the reference's, so its buffers must be deterministic. Names
-become part of case ids: letters, digits, `_`, `-` and `.` only. Every mistake in the file is a
-one-line error naming it, raised when the run is planned.
+kv_idx [1,1,1,S]), and returns the scores after the variant (same shape), -inf where the mask
+drops a pair. Write it independently of the mods (from the paper's formula), and a wrong mod fails
+the numerics check. Without one, the variant's own mods are applied densely by broadcasting: that
+checks the kernel against the math of the same mods, not the mods themselves. A builder is called
+once for the kernel's device and once for the reference's, so its buffers must be deterministic.
+Names become part of case ids: letters, digits, `_`, `-` and `.` only.
+
+Every mistake in the file is a one-line error naming it, raised when the run is planned: loading
+checks the file's shape and each function's signature, and the suite's planning
+(`flex.probe_user_variant`) calls each variant's code once on a tiny CPU problem (its build, its
+block mask, eager flex_attention, its reference), so a mod that raises when called is the file's
+error, not the device's. Values are not judged there: a mod that runs but computes the wrong thing
+is the device run's `fail_numerics`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +85,14 @@ SEED = 0
 SOFTCAP = 20.0  # attention-gym's tanh soft-capping example
 DOCUMENTS = 4  # packed sequences per row in the document mask
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_MOD_KEYS = frozenset({"score_mod", "mask_mod", "reference"})
+_PARAMS = {  # how each user function is called
+    "score_mod": ("score", "b", "h", "q_idx", "kv_idx"),
+    "mask_mod": ("b", "h", "q_idx", "kv_idx"),
+    "reference": ("scores", "b", "h", "q_idx", "kv_idx"),
+}
+_MOD_KEYS = frozenset(_PARAMS)
 _KEYS = _MOD_KEYS | {"build", "description", "budget_s"}
+_REFERENCE_SUFFIX = "_reference"
 
 
 @dataclass(frozen=True)
@@ -244,6 +281,43 @@ def _mods_reference(score_mod: ScoreMod | None, mask_mod: MaskMod | None) -> Ref
     return reference
 
 
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none to read
+        return None
+
+
+def positional_args(fn: Callable[..., Any]) -> int | None:
+    """Required positional parameters, counted as flex_attention counts them to tell a score_mod
+    (5) from a mask_mod (4); None when the signature cannot be read."""
+    signature = _signature(fn)
+    if signature is None:
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(
+        p.kind in positional and p.default is inspect.Parameter.empty
+        for p in signature.parameters.values()
+    )
+
+
+def _call_text(key: str) -> str:
+    """'(score, b, h, q_idx, kv_idx)': how the suite calls a `key` function."""
+    return f"({', '.join(_PARAMS[key])})"
+
+
+def _check_signatures(entry: dict[str, Any], where: str) -> None:
+    """Each mod takes the arguments it is called with; caught now, not as a device's compile error."""
+    for key, params in _PARAMS.items():
+        fn = entry.get(key)
+        count = None if fn is None else positional_args(fn)
+        if count is not None and count != len(params):
+            raise ConfigError(
+                f"{where}: {key} takes {count} positional argument(s), but is called with"
+                f" {len(params)}: {_call_text(key)}"
+            )
+
+
 def _mods(entry: Any, where: str) -> Mods:
     """Mods from {score_mod, mask_mod, reference}, checked; ConfigError naming `where` if bad."""
     if not isinstance(entry, dict):
@@ -259,6 +333,7 @@ def _mods(entry: Any, where: str) -> Mods:
     for key in _MOD_KEYS:
         if entry.get(key) is not None and not callable(entry[key]):
             raise ConfigError(f"{where}: {key} is not callable")
+    _check_signatures(entry, where)
     reference = entry.get("reference") or _mods_reference(score_mod, mask_mod)
     return Mods(score_mod, mask_mod, reference)
 
@@ -292,24 +367,101 @@ def _user_variant(name: Any, entry: Any, path: str) -> Variant:
         return Variant(name, description, lambda shape, device: mods, path, budget)
     if mod_entry or not callable(build):
         raise ConfigError(f"{where}: give either a callable build(shape, device) or the mods")
+    built = f"{where}: build(shape, device)"
     return Variant(
-        name, description, lambda shape, device: _mods(build(shape, device), where), path, budget
+        name, description, lambda shape, device: _mods(build(shape, device), built), path, budget
     )
+
+
+# --- the file's two forms -------------------------------------------------------------------------
+
+
+def _own_functions(module: Any) -> dict[str, Callable[..., Any]]:
+    """The public functions the file itself defines, in file order (imports and _helpers left)."""
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if inspect.isfunction(obj)
+        and obj.__module__ == module.__name__
+        and not name.startswith("_")
+    }
+
+
+def _function_kind(name: str, fn: Callable[..., Any], path: str) -> str:
+    """'score_mod', 'mask_mod' or 'reference', by name and signature; ConfigError naming it else."""
+    count = positional_args(fn)
+    if name.endswith(_REFERENCE_SUFFIX):
+        if count == len(_PARAMS["reference"]):
+            return "reference"
+        wanted = f"a reference takes {_call_text('reference')}"
+    else:
+        kinds = {len(_PARAMS[k]): k for k in ("score_mod", "mask_mod")}
+        if count in kinds:
+            return kinds[count]
+        wanted = (
+            f"a variant is a score_mod {_call_text('score_mod')} or a mask_mod"
+            f" {_call_text('mask_mod')}; start a helper's name with '_'"
+        )
+    signature = _signature(fn) or "(?)"
+    raise ConfigError(f"--variants {path}: function {name!r} takes {signature}: {wanted}")
+
+
+def _first_line(text: str | None) -> str | None:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else None
+
+
+def _function_table(module: Any, path: str) -> dict[str, dict[str, Any]]:
+    """VARIANTS entries from a module of named functions (form 1 in the module docstring)."""
+    table: dict[str, dict[str, Any]] = {}
+    references: dict[str, Callable[..., Any]] = {}
+    for name, fn in _own_functions(module).items():
+        kind = _function_kind(name, fn, path)
+        if kind == "reference":
+            references[name.removesuffix(_REFERENCE_SUFFIX)] = fn
+        else:
+            table[name] = {kind: fn, "description": _first_line(inspect.getdoc(fn))}
+    for name, fn in references.items():
+        if name not in table:
+            raise ConfigError(
+                f"--variants {path}: function {name + _REFERENCE_SUFFIX!r}: no score_mod or"
+                f" mask_mod {name!r} in the file for it to be the reference of"
+            )
+        table[name]["reference"] = fn
+    return table
+
+
+def _variant_table(module: Any, path: str) -> dict[Any, Any]:
+    """The file's variants as VARIANTS entries: its VARIANTS dict, else its named functions."""
+    if hasattr(module, "VARIANTS"):
+        table = module.VARIANTS
+        if not isinstance(table, dict) or not table:
+            raise ConfigError(f"--variants {path}: VARIANTS is not a dict of named variants")
+        return table
+    table = _function_table(module, path)
+    if not table:
+        raise ConfigError(
+            f"--variants {path}: defines no VARIANTS dict and no score_mod/mask_mod functions"
+        )
+    return table
 
 
 _loaded: dict[tuple[str, float], dict[str, Variant]] = {}
 
 
 def _import_file(path: Path) -> Any:
-    # A unique module name per file, so two files never share a module in sys.modules.
+    # A unique module name per file, so two files never share a module in sys.modules. It must be
+    # there: dynamo looks a traced mod's globals (`torch.tanh`) up through sys.modules.
     name = "trainready_user_variants_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"--variants {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - any error in the user's file is reported as theirs
+        sys.modules.pop(name, None)
         first = (str(e).splitlines() or [""])[0]
         raise ConfigError(
             f"--variants {path}: cannot import it: {type(e).__name__}: {first}"
@@ -318,16 +470,16 @@ def _import_file(path: Path) -> Any:
 
 
 def load_user_variants(path_text: str) -> dict[str, Variant]:
-    """The variants a user file defines (module docstring); ConfigError naming the file if bad."""
+    """The variants a user file defines (module docstring); ConfigError naming the file if bad.
+
+    This checks the file's form and signatures; calling the code is flex.probe_user_variant's job
+    (it needs the suite's inputs and reference, and flex.py imports this module)."""
     path = Path(path_text)
     if not path.is_file():
         raise ConfigError(f"--variants {path}: no such file")
     key = (str(path.resolve()), path.stat().st_mtime)
     if key not in _loaded:
-        module = _import_file(path)
-        table = getattr(module, "VARIANTS", None)
-        if not isinstance(table, dict) or not table:
-            raise ConfigError(f"--variants {path}: defines no VARIANTS dict of named variants")
+        table = _variant_table(_import_file(path), str(path))
         _loaded[key] = {name: _user_variant(name, v, str(path)) for name, v in table.items()}
     return _loaded[key]
 
