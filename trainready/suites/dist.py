@@ -12,17 +12,27 @@ itself, and the case passes when every rank does.
 Families (case names):
 - `coll/{op}/{dtype}/{size}` and `coll/barrier`: the collectives of `dist_cases.collectives.OPS`
   (c10d and functional forms), bitwise-checked, timed; algbw and busbw as nccl-tests define them.
-- `ddp/...`, `fsdp2/...`: a few training steps; losses and gradients against one process.
+- `ddp/...`, `fsdp2/...`: a few training steps; losses and gradients against one process; FSDP2
+  plain, with a bf16 mixed-precision policy, and each of those compiled (with dynamo's counts).
 - `dtensor/...`, `tp/...`: DTensor layouts and redistribution, tensor parallelism.
 - `moe/...`: expert-parallel dispatch/combine with all_to_all_single and autograd; the
   `torch.distributed._token_switch` API where this torch has it.
 - `dcp/...`: distributed checkpoint save/load of an FSDP2 model, bitwise.
 
+Statuses: `pass`; `fail_numerics` (some rank's result is wrong: which ranks, and each rank's
+check); `fail_run` (a rank raised; `unsupported` when every rank raised a missing-feature error,
+or the device has no process-group backend); `timeout` (some rank did not answer within the
+budget: which, and in which phase); `crash` (ranks died); `skipped` when the case cannot be judged
+for a reason that is not the device's -- an op that needs more ranks than the run has, or an API
+this torch build does not have (`torch.distributed._token_switch`, DTensor's Shard -> Partial).
+
 Options: `nproc` (default 2; on an accelerator at most the devices there are), `pg_backend`,
-`compile_backend` (the compiled FSDP2 case; default inductor).
+`compile_backend` (the compiled FSDP2 cases; default inductor).
 
 Metrics of collectives: size_bytes, time_us (the slowest rank's median), algbw_gbps, busbw_gbps
-(GB/s, 1e9 bytes), repeats, spread; every case: nranks, start_s (ranks started by this case).
+(GB/s, 1e9 bytes; 0 on one rank for all but broadcast and point-to-point, where nccl-tests'
+factor is 0), repeats, spread; every case: nranks, start_s (ranks started by this case); every
+diagnostics: backend (the process group's).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 
 import torch
 
-from trainready.config import RunConfig
+from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.device import available_devices, default_pg_backend, device_type
@@ -66,11 +76,22 @@ API_CASES: dict[str, dict[str, Any]] = {
         "api": "fully_shard + bf16 MixedPrecisionPolicy",
     },
     "fsdp2/fp32/compile": {"family": "fsdp2", "compile": True, "api": "torch.compile(fully_shard)"},
+    "fsdp2/bf16_mixed/compile": {
+        "family": "fsdp2",
+        "mp": "bf16",
+        "compile": True,
+        "api": "torch.compile(fully_shard + bf16 MixedPrecisionPolicy)",
+    },
     "dtensor/distribute": {"family": "dtensor", "what": "distribute", "api": "distribute_tensor"},
     "dtensor/redistribute": {
         "family": "dtensor",
         "what": "redistribute",
         "api": "DTensor.redistribute",
+    },
+    "dtensor/shard_to_partial": {
+        "family": "dtensor",
+        "what": "shard_to_partial",
+        "api": "DTensor.redistribute (Shard -> Partial)",
     },
     "dtensor/matmul": {"family": "dtensor", "what": "matmul", "api": "DTensor matmul"},
     "tp/colwise_rowwise": {"family": "tp", "api": "parallelize_module (Colwise/RowwiseParallel)"},
@@ -101,11 +122,15 @@ COLLECTIVE_APIS = {
     "all_to_all_uneven": "all_to_all_single (uneven)",
     "send_recv": "send/recv",
     "barrier": "barrier",
-    "funcol_all_reduce": "funcol.all_reduce",
+    "funcol_all_reduce": "funcol.all_reduce (SUM)",
+    "funcol_all_reduce_avg": "funcol.all_reduce (AVG)",
+    "funcol_all_reduce_max": "funcol.all_reduce (MAX)",
     "funcol_all_gather": "funcol.all_gather_tensor",
     "funcol_reduce_scatter": "funcol.reduce_scatter_tensor",
+    "funcol_all_to_all": "funcol.all_to_all_single (even)",
     "funcol_all_to_all_uneven": "funcol.all_to_all_single (uneven)",
     "funcol_broadcast": "funcol.broadcast",
+    "funcol_permute": "funcol.permute_tensor",
 }
 assert set(COLLECTIVE_APIS) == set(OPS), "every collective needs a report name"
 
@@ -189,7 +214,7 @@ def run_on_ranks(case: Case, ctx: CaseContext, target: str = RANK_TARGET) -> Lau
                 head, _, output = str(e).partition("\n")
                 _start_failure[key] = f"{head} (first seen by {case.name})\n{output}"
             raise
-    ctx.set_phase(f"run on {pool.nproc} ranks")
+    ctx.set_phase(f"run on {pool.nproc} rank{'s' if pool.nproc > 1 else ''}")
     res = pool.run(
         target, {"case": case.to_json(), "options": ctx.options}, timeout_s=budget - start_s
     )
@@ -289,6 +314,10 @@ def outcome_of(case: Case, res: LaunchResult, budget_s: float) -> Outcome:
 def execute(case: Case, ctx: CaseContext, target: str = RANK_TARGET) -> Outcome:
     """Run `case` on the ranks (`target` is the rank-side entry; tests plant faults through it)."""
     try:
+        backend = pool_for(ctx).backend
+    except ConfigError as e:  # no process-group backend for this device
+        return Outcome("unsupported", diagnostics={"reason": str(e)})
+    try:
         res = run_on_ranks(case, ctx, target)
     except LaunchError as e:
         # Still starting at the deadline: a timeout (phase "start ranks"); torchrun gave up: the
@@ -296,11 +325,16 @@ def execute(case: Case, ctx: CaseContext, target: str = RANK_TARGET) -> Outcome:
         head, _, output = str(e).partition("\n")
         status = "timeout" if e.timed_out else "fail_run"
         return Outcome(
-            status, diagnostics={"error": f"ranks did not start: {head}", "output": output[-3000:]}
+            status,
+            diagnostics={
+                "error": f"ranks did not start: {head}",
+                "output": output[-3000:],
+                "backend": backend,
+            },
         )
     outcome = outcome_of(case, res, ctx.budget_s)
     stuck = {res.phases[r] for r, s in enumerate(res.status) if s == "lost" and res.phases[r]}
     if res.timed_out and len(stuck) == 1:
         ctx.set_phase(f"{ctx.current_phase}: {stuck.pop()}")  # e.g. "run on 2 ranks: check"
-    outcome.diagnostics.setdefault("backend", pool_for(ctx).backend)
+    outcome.diagnostics.setdefault("backend", backend)
     return outcome

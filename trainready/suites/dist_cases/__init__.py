@@ -37,6 +37,11 @@ _MISSING_FEATURE = re.compile(
 )
 
 
+def skipped(reason: str) -> dict[str, Any]:
+    """A rank's answer for a case it cannot judge, for a reason that is not the device's."""
+    return {"ok": True, "skipped": reason, "metrics": {}, "diagnostics": {}}
+
+
 def run_case(env: RankEnv, case: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     params = case["params"]
     module = importlib.import_module(f"{__name__}.{FAMILIES[params['family']]}")

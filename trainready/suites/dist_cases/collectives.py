@@ -5,7 +5,9 @@ itself: the reduction or permutation done in float64 on the CPU over every rank'
 the case dtype. Inputs are small integers (0..15), so sums over up to 16 ranks are exact in fp32,
 bf16 and fp16, and the check is `torch.equal` -- bitwise. The one exception is `avg` with a world
 size that is not a power of two (1/world is inexact, and backends scale before or after summing):
-there the probe's dtype tolerance decides.
+there the probe's dtype tolerance decides. An op that needs more ranks than the run has (send/recv
+and its functional form, `permute_tensor`, on one rank) is `skipped`, saying so: a limit of the
+run's settings, not of the device.
 
 Timing: `warmup` untimed calls, then `repeats` individually timed ones (the shared timing probe,
 the same counts on every rank so no rank waits in a collective the others skipped). A rank reports
@@ -13,8 +15,10 @@ its median; the host takes the slowest rank's.
 
 Sizes and bandwidth as nccl-tests define them (PERFORMANCE.md): `size` is the per-rank full buffer
 (all_reduce/broadcast/send: the buffer; all_gather: the output; reduce_scatter: the input;
-all_to_all: the send buffer); algbw = size / time; busbw = algbw * factor, factor 2(n-1)/n for
-all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast and send/recv.
+all_to_all: the send buffer; permute: the buffer each rank sends); algbw = size / time; busbw =
+algbw * factor, factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and
+all_to_all, 1 for broadcast, send/recv and permute. On one rank the factor is 0 for every
+collective but broadcast: busbw is 0 by definition there, and the report shows algbw instead.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from trainready.core.context import Unsupported
 from trainready.device import torch_dtype
 from trainready.launch import RankEnv
 from trainready.probes.numerics import compare
 from trainready.probes.timing import benchmark
+from trainready.suites.dist_cases import skipped
 
 VALUES = 16  # inputs are integers in [0, VALUES): exact in every float dtype we test
 
@@ -230,6 +234,19 @@ def _send_recv(env: RankEnv, numel: int, dtype: torch.dtype) -> Prepared:
     return Prepared(call, lambda: x, x.cpu())
 
 
+def _permute(env: RankEnv, numel: int, dtype: torch.dtype) -> Prepared:
+    """funcol.permute_tensor, the functional point-to-point: every rank sends its buffer to the
+    next rank (a ring shift), so each receives the previous rank's."""
+    world = env.world_size
+    x = data(env.rank, numel, dtype, env.device)
+    out = [x]
+
+    def call() -> None:
+        out[0] = funcol.permute_tensor(x, [(r + 1) % world for r in range(world)], _group()).wait()
+
+    return Prepared(call, lambda: out[0], data((env.rank - 1) % world, numel, dtype))
+
+
 def _barrier(env: RankEnv, numel: int, dtype: torch.dtype) -> Prepared:
     done = torch.zeros(1)
 
@@ -253,10 +270,14 @@ OPS: dict[str, Op] = {
     "send_recv": Op("send_recv", _send_recv, min_world=2),
     "barrier": Op("barrier", _barrier, sized=False),
     "funcol_all_reduce": Op("all_reduce", _all_reduce("sum", functional=True)),
+    "funcol_all_reduce_avg": Op("all_reduce", _all_reduce("avg", functional=True)),
+    "funcol_all_reduce_max": Op("all_reduce", _all_reduce("max", functional=True)),
     "funcol_all_gather": Op("all_gather", _all_gather("functional")),
     "funcol_reduce_scatter": Op("reduce_scatter", _reduce_scatter(functional=True)),
+    "funcol_all_to_all": Op("all_to_all", _all_to_all(uneven=False, functional=True)),
     "funcol_all_to_all_uneven": Op("all_to_all", _all_to_all(uneven=True, functional=True)),
     "funcol_broadcast": Op("broadcast", _broadcast(functional=True)),
+    "funcol_permute": Op("send_recv", _permute, min_world=2),
 }
 
 
@@ -282,8 +303,6 @@ def _bitwise(got: torch.Tensor, expected: torch.Tensor) -> tuple[bool, dict]:
 def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats: int) -> dict:
     """Check and time `op` on this rank -> {"ok", "check", "median_s", "bytes", ...}."""
     spec = OPS[op]
-    if env.world_size < spec.min_world:
-        raise Unsupported(f"{op} needs at least {spec.min_world} ranks, got {env.world_size}")
     tdtype = torch_dtype(dtype)
     numel = numel_for(size_bytes, tdtype, env.world_size) if spec.sized else 0
     env.phase("prepare")
@@ -310,7 +329,16 @@ def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats
     }
 
 
+def too_few_ranks(op: str, world: int) -> str | None:
+    """Why `op` cannot run on `world` ranks (a setting of the run, not a gap of the device)."""
+    need = OPS[op].min_world
+    return f"{op} needs at least {need} ranks, the run has {world}" if world < need else None
+
+
 def run_case(env: RankEnv, name: str, params: dict, options: dict) -> dict:
+    reason = too_few_ranks(params["op"], env.world_size)
+    if reason:
+        return skipped(reason)
     r = run(
         env,
         params["op"],

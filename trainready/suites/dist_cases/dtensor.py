@@ -4,15 +4,24 @@
   and the `full_tensor()` against the full tensor.
 - `dtensor/redistribute`: Shard(0)->Replicate, Replicate->Shard(1), Shard(0)->Shard(1),
   Partial->Replicate, Partial->Shard(0); `full_tensor()` (and the local shard) against the answer.
+  Replicate->Partial too, by the routes torch makes public (its `redistribute` refuses a Partial
+  target as "for internal use only"): `distribute_tensor(t, mesh, [Partial()])`, whose local
+  values must be t / n, and `Partial + Replicate`, where sharding propagation turns the
+  Replicate operand into a Partial one; each then back to Replicate.
+- `dtensor/shard_to_partial`: Shard(0)->Partial with `redistribute`, checked by redistributing
+  back to Replicate. Where torch refuses the move (torch 2.13: internal use only, and its planner
+  has no such step) the case is `skipped` with torch's message: a gap of torch, not the device.
 - `dtensor/matmul`: Shard(0) @ Replicate, Replicate @ Shard(1), Shard(1) @ Shard(0) (a Partial
   result); the product against the full one.
-These use small integers, so every value and sum is exact in fp32: the checks are bitwise.
-- `tp/mlp`: `parallelize_module` with ColwiseParallel (fc1) and RowwiseParallel (fc2) against
-  the unsharded module: output and every gradient, judged by the numerics probe at fp32.
+These use small integers (multiples of the world size where a Partial splits them by n), so every
+value and sum is exact in fp32: the checks are bitwise.
+- `tp/colwise_rowwise`: `parallelize_module` with ColwiseParallel (fc1) and RowwiseParallel (fc2)
+  against the unsharded module: output and every gradient, judged by the numerics probe at fp32.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -23,8 +32,11 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 from trainready.launch import RankEnv
 from trainready.probes.numerics import compare_many
+from trainready.suites.dist_cases import skipped
 
 ROWS, COLS, INNER = 8, 12, 16
+# How torch says that it, not the device, does not redistribute to a Partial placement.
+_TORCH_REFUSES_PARTIAL = re.compile(r"for internal use only|not supported yet")
 
 
 def _ints(*shape: int, salt: int = 0) -> torch.Tensor:
@@ -85,11 +97,52 @@ def _redistribute(env: RankEnv, checks: Checks) -> None:
     total = torch.stack(parts).sum(0)
     for dst in (Replicate(), Shard(0)):
         env.phase(f"Partial() -> {dst}")
-        p = DTensor.from_local(parts[env.rank].to(env.device), mesh, [Partial()], run_check=False)
-        d = p.redistribute(mesh, [dst])
+        d = _partial(env, parts[env.rank]).redistribute(mesh, [dst])
         want = total if isinstance(dst, Replicate) else total.chunk(w, 0)[env.rank]
         checks.equal(f"Partial->{dst}/local", d.to_local(), want)
         checks.equal(f"Partial->{dst}/full", d.full_tensor(), total)
+    _replicate_to_partial(env, checks, parts[env.rank], total)
+
+
+def _partial(env: RankEnv, local: torch.Tensor) -> DTensor:
+    return DTensor.from_local(local.to(env.device), _mesh(env), [Partial()], run_check=False)
+
+
+def _replicate_to_partial(
+    env: RankEnv, checks: Checks, part: torch.Tensor, total: torch.Tensor
+) -> None:
+    """Replicate -> Partial(sum) by torch's public routes; a sum split is v / n on every rank."""
+    mesh, w = _mesh(env), env.world_size
+    full = _ints(*part.shape, salt=5) * w  # multiples of w: v / w is exact
+    env.phase("distribute_tensor(Partial())")
+    d = distribute_tensor(full.to(env.device), mesh, [Partial()])
+    checks.equal("Replicate->Partial/local", d.to_local(), full / w)
+    back = d.redistribute(mesh, [Replicate()]).to_local()
+    checks.equal("Replicate->Partial->Replicate", back, full)
+    env.phase("Partial + Replicate")
+    out = _partial(env, part) + distribute_tensor(full.to(env.device), mesh, [Replicate()])
+    # Partial output: the Replicate operand went Partial (v / n added to each addend).
+    to_partial = out.placements[0].is_partial()
+    want = part + full / w if to_partial else total + full
+    checks.equal(f"Partial+Replicate->{out.placements[0]}/local", out.to_local(), want)
+    checks.equal("Partial+Replicate/full", out.full_tensor(), total + full)
+
+
+def _shard_to_partial(env: RankEnv, checks: Checks) -> str | None:
+    """Shard(0) -> Partial -> Replicate; the reason to skip when torch refuses the move."""
+    mesh, w = _mesh(env), env.world_size
+    full = _ints(ROWS * w, COLS, salt=6) * w
+    d = distribute_tensor(full.to(env.device), mesh, [Shard(0)])
+    env.phase("Shard(0) -> Partial()")
+    try:
+        p = d.redistribute(mesh, [Partial()])
+    except RuntimeError as e:
+        if _TORCH_REFUSES_PARTIAL.search(str(e)):
+            return f"torch {torch.__version__} does not redistribute Shard -> Partial: {e}"
+        raise
+    back = p.redistribute(mesh, [Replicate()]).to_local()
+    checks.equal("Shard(0)->Partial->Replicate", back, full)
+    return None
 
 
 def _matmul(env: RankEnv, checks: Checks) -> None:
@@ -162,12 +215,18 @@ def _tensor_parallel(env: RankEnv) -> dict:
     }
 
 
-LAYOUT_CHECKS = {"distribute": _distribute, "redistribute": _redistribute, "matmul": _matmul}
+# what -> the checks of that case; one that returns a reason is skipped for it.
+LAYOUT_CHECKS = {
+    "distribute": _distribute,
+    "redistribute": _redistribute,
+    "shard_to_partial": _shard_to_partial,
+    "matmul": _matmul,
+}
 
 
 def run_case(env: RankEnv, name: str, params: dict[str, Any], options: dict[str, Any]) -> dict:
     if params["family"] == "tp":
         return _tensor_parallel(env)
     checks = Checks()
-    LAYOUT_CHECKS[params["what"]](env, checks)
-    return checks.result()
+    reason = LAYOUT_CHECKS[params["what"]](env, checks)
+    return skipped(reason) if reason else checks.result()
