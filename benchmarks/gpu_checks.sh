@@ -43,7 +43,7 @@ one() { # one CHECK: run it under its limit, log to $WORK/CHECK.log
     matmul) timeout "$(limit matmul 420)" trainready run matmul --device cuda \
       --preset "${MATMUL_PRESET:-full}" --out "$WORK/matmul" ;;
     train) timeout "$(limit train 540)" "$PY" -m benchmarks.train_qwen3 --device cuda \
-      --model 1.7B --seq-len 4096 --out "$WORK/train" ;;
+      --model 1.7B --seq-len 4096 --out "$WORK/train" --json "$WORK/train-qwen3.json" ;;
     flex) timeout "$(limit flex 540)" trainready run flex --device cuda --preset standard \
       --jobs "${FLEX_JOBS:-8}" --out "$WORK/flex" ;;
     parity) timeout "$(limit parity 540)" trainready run parity --device cuda \

@@ -7,13 +7,19 @@ time. Defaults follow the suite: on an accelerator Qwen3-1.7B at sequence length
 on the CPU the tiny debug model.
 
     python -m benchmarks.train_qwen3 [--device auto] [--model 1.7B] [--seq-len 4096]
-        [--batch-size 2] [--steps 30] [--compile blocks|model] [--nproc N] [--out runs-train]
+        [--batch-size 2] [--steps 30] [--compile blocks|model] [--precision autocast|bf16_params]
+        [--ac] [--nproc N] [--out runs-train] [--json FILE]
+
+`--json FILE` also writes the summary there, with the command that made it (what
+benchmarks/results/ keeps).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from trainready import api
@@ -21,7 +27,17 @@ from trainready.core.store import Store
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("model", "seq_len", "batch_size", "steps", "compile", "nproc")
+    names = (
+        "model",
+        "seq_len",
+        "batch_size",
+        "steps",
+        "warmup",
+        "compile",
+        "precision",
+        "ac",
+        "nproc",
+    )
     return {k: v for k in names if (v := getattr(args, k)) is not None}
 
 
@@ -39,6 +55,7 @@ def summarise(result: Any) -> dict[str, Any]:
                 "tokens_per_s": s["tokens_per_s"],
                 "mfu": s.get("mfu"),
                 "compile_s": s.get("compile", {}).get("compile_s"),
+                "compile_phases_s": s.get("compile", {}).get("phases"),
                 "peak_memory_gib": (s["peak_memory_bytes"] or 0) / 2**30,
             }
     return {
@@ -59,17 +76,25 @@ def main() -> None:
     ap.add_argument("--seq-len", dest="seq_len", type=int)
     ap.add_argument("--batch-size", dest="batch_size", type=int)
     ap.add_argument("--steps", type=int)
+    ap.add_argument("--warmup", type=int, help="steps left out of the steady speed")
     ap.add_argument("--compile", choices=("blocks", "model"))
+    ap.add_argument("--precision", choices=("autocast", "bf16_params"))
+    # None when absent, so the suite's default (no checkpointing) stays the suite's to set.
+    ap.add_argument("--ac", action="store_true", default=None, help="activation checkpointing")
     ap.add_argument("--nproc", type=int)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default="runs-train")
+    ap.add_argument("--json", type=Path, help="also write the summary here")
     args = ap.parse_args()
     summary = api.run(
         ["train"], device=args.device, out=args.out, dtype=args.dtype, options=_options(args)
     )
     with Store(args.out, create=False) as store:
-        results = store.results(summary.run_id)
-    print(json.dumps([summarise(r) for r in results], indent=2))
+        results = [summarise(r) for r in store.results(summary.run_id)]
+    print(json.dumps(results, indent=2))
+    if args.json:
+        command = "python -m benchmarks.train_qwen3 " + " ".join(sys.argv[1:])
+        args.json.write_text(json.dumps({"command": command, "cases": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

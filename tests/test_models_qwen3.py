@@ -60,6 +60,45 @@ def test_sizes_match_specs_without_allocating(size, spec_name, tied):
     assert len(model.layers) == spec.num_layers
 
 
+# The Hugging Face model cards' "Number of Parameters" and "Number of Paramaters (sic)
+# (Non-Embedding)", in billions, as printed (card text checked November 2026):
+# https://huggingface.co/Qwen/Qwen3-0.6B, https://huggingface.co/Qwen/Qwen3-1.7B,
+# https://huggingface.co/Qwen/Qwen3-4B, https://huggingface.co/Qwen/Qwen3-8B,
+# https://huggingface.co/Qwen/Qwen3-14B, https://huggingface.co/Qwen/Qwen3-32B.
+# The larger cards print the total above the size's name (14.8B, 32.8B).
+MODEL_CARDS = {
+    "0.6B": ("0.6", "0.44"),
+    "1.7B": ("1.7", "1.4"),
+    "4B": ("4.0", "3.6"),
+    "8B": ("8.2", "6.95"),
+    "14B": ("14.8", "13.2"),
+    "32B": ("32.8", "31.2"),
+}
+
+
+def _billions_as_printed(count: int, printed: str) -> str:
+    """`count` in billions to as many decimals as the card printed: the card's precision."""
+    decimals = len(printed.partition(".")[2])
+    return f"{count / 1e9:.{decimals}f}"
+
+
+def _non_embedding(model: Qwen3) -> int:
+    """Parameters outside the input embedding and the output projection (one matrix if tied), as
+    the cards count them; not TorchTitan's N, which keeps the output projection."""
+    embedding = {
+        id(p): p.numel() for m in (model.tok_embeddings, model.output) for p in m.parameters()
+    }
+    return num_params(model) - sum(embedding.values())
+
+
+@pytest.mark.parametrize(("size", "card"), MODEL_CARDS.items())
+def test_sizes_match_the_published_model_cards(size, card):
+    model = _on_meta(size)
+    total, non_embedding = card
+    assert _billions_as_printed(num_params(model), total) == total
+    assert _billions_as_printed(_non_embedding(model), non_embedding) == non_embedding
+
+
 def test_moe_layout_is_30b_a3b():
     cfg = qwen3_config("30b-a3b")
     assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (128, 8, 768)

@@ -1,5 +1,6 @@
 """The training loop: synthetic data, the spec, one tiny run in this process, bf16 parameters with
-fp32 master weights, and FSDP2 on two CPU ranks giving the losses of one process."""
+fp32 master weights, and FSDP2 on two CPU ranks (fp32 and bf16 parameters) sharding every
+parameter and giving the losses of one process."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import pytest
 import torch
 
 from trainready.config import ConfigError
-from trainready.models.qwen3 import qwen3_config
+from trainready.models.qwen3 import Qwen3, qwen3_config
 from trainready.probes.flops import training_flops_per_token
 from trainready.probes.numerics import loss_curve_compare
-from trainready.suites.train import run_ranks, run_single
+from trainready.suites.train import PARITY_REL_TOL, combine_ranks
 from trainready.training import (
     Fp32Master,
     TrainSpec,
@@ -101,19 +102,99 @@ def test_failure_kind_tells_compile_from_run_and_oom():
     assert failure_kind(ValueError("bad")) == "run"
 
 
-def test_fsdp2_on_two_cpu_ranks_matches_one_process(tmp_path):
-    """Data parallel over two gloo ranks, each with half the global batch, gives the loss curve of
-    one process that sees the whole batch (fp32, so the only difference is summation order)."""
-    spec = TrainSpec(seq_len=16, batch_size=4, steps=4, dtype="fp32", lr=1e-2)
-    one = run_single(spec, {}, tmp_path / "one", timeout_s=300)
-    two = run_ranks(spec, 2, None, {}, timeout_s=300)
-    assert one.record is not None, one.error
-    assert two.record is not None, f"{two.error}\n{two.detail}"
-    assert two.record["world_size"] == 2 and one.record["world_size"] == 1
-    verdict = loss_curve_compare(one.record["losses"], two.record["losses"], rel_tol=1e-4)
+# --- FSDP2 on two gloo ranks ---------------------------------------------------------------------
+# Two precisions, each trained on two ranks (half the global batch each) and in one process that
+# sees the whole batch: fp32, where only the summation order differs; and bf16 parameters, which
+# FSDP casts from fp32 shards (its mixed-precision policy) and one process keeps as bf16 copies
+# of fp32 masters, so the curves agree to the suite's bf16 parity tolerance.
+FSDP_SPECS = {
+    "fp32": TrainSpec(seq_len=16, batch_size=4, steps=4, dtype="fp32", lr=1e-2),
+    "bf16_params": TrainSpec(seq_len=16, batch_size=4, steps=4, precision="bf16_params", lr=1e-2),
+}
+FSDP_TOL = {"fp32": 1e-4, "bf16_params": PARITY_REL_TOL["bf16"]}
+WORLD = 2
+
+
+def rank_train_with_layout(env, spec: dict) -> dict:
+    """`rank_train`, plus how FSDP2 laid out every parameter on this rank (`layout`), read as
+    soon as the loop's own `apply_fsdp` has sharded the model."""
+    from trainready import training
+
+    layout: dict[str, dict] = {}
+    real = training.apply_fsdp
+
+    def apply_and_record(model, train_spec, device):
+        real(model, train_spec, device)
+        layout.update(_layout(model))
+
+    training.apply_fsdp = apply_and_record  # this rank only, for this call
+    try:
+        return {**training.rank_train(env, spec), "layout": layout}
+    finally:
+        training.apply_fsdp = real
+
+
+def _layout(model: torch.nn.Module) -> dict[str, dict]:
+    """name -> how this rank stores the parameter: placements as [kind, dim] (Shard(0) reads
+    ["Shard", 0]; str() of a placement varies between torch versions), mesh size, global and
+    local shape, local dtype. A plain tensor reads as no placements, all of it local."""
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for name, p in model.named_parameters():
+        placements = getattr(p, "placements", ())
+        local = p.to_local() if isinstance(p, DTensor) else p
+        out[name] = {
+            "placements": [[type(x).__name__, getattr(x, "dim", None)] for x in placements],
+            "mesh_size": p.device_mesh.size() if placements else 1,
+            "global": list(p.shape),
+            "local": list(local.shape),
+            "dtype": str(local.dtype),
+        }
+    return out
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs() -> dict[str, tuple[dict, list[dict]]]:
+    """precision -> (the one-process record, the two ranks' records): both precisions on the same
+    pool of ranks, so they pay one start-up."""
+    from trainready.launch import RankPool
+
+    runs = {}
+    with RankPool(WORLD, device="cpu") as pool:
+        for name, spec in FSDP_SPECS.items():
+            res = pool.run(rank_train_with_layout, {"spec": spec.to_json()}, timeout_s=300)
+            assert res.ok, f"{res.first_error}\n{res.tracebacks}"
+            runs[name] = (train(spec), res.per_rank)
+    return runs
+
+
+@pytest.mark.parametrize("precision", list(FSDP_SPECS))
+def test_fsdp2_on_two_cpu_ranks_matches_one_process(fsdp_runs, precision):
+    """Data parallel over two gloo ranks gives the loss curve of one process."""
+    one, ranks = fsdp_runs[precision]
+    two = combine_ranks(ranks)
+    assert two["world_size"] == WORLD and one["world_size"] == 1
+    verdict = loss_curve_compare(one["losses"], two["losses"], rel_tol=FSDP_TOL[precision])
     assert verdict["ok"], verdict
     # The loss moved, so the gradients (reduce-scattered across ranks) took part.
-    assert one.record["losses"][0] != one.record["losses"][-1]
+    assert one["losses"][0] != one["losses"][-1]
+
+
+@pytest.mark.parametrize("precision", list(FSDP_SPECS))
+def test_fsdp2_shards_every_parameter_in_half_along_dim_0(fsdp_runs, precision):
+    """Not replicated: every parameter is a DTensor split Shard(0) over both ranks, each rank
+    holding half of it, and kept in fp32 (bf16 is FSDP's compute copy, not what it stores)."""
+    _, ranks = fsdp_runs[precision]
+    with torch.device("meta"):
+        names = {n for n, _ in Qwen3(qwen3_config(FSDP_SPECS[precision].model)).named_parameters()}
+    for rank in ranks:
+        assert set(rank["layout"]) == names
+        for name, p in rank["layout"].items():
+            assert p["placements"] == [["Shard", 0]] and p["mesh_size"] == WORLD, name
+            assert p["global"][0] % WORLD == 0, name  # so half is exact
+            assert p["local"] == [p["global"][0] // WORLD, *p["global"][1:]], name
+            assert p["dtype"] == "torch.float32", name
 
 
 def test_checkpointing_and_whole_model_compile_keep_the_eager_losses():
@@ -131,7 +212,7 @@ def test_checkpointing_and_whole_model_compile_keep_the_eager_losses():
 
 
 def test_moe_flops_count_the_active_experts():
-    from trainready.models.qwen3 import Qwen3, num_params
+    from trainready.models.qwen3 import num_params
 
     r = train(TrainSpec(model="debug-moe", seq_len=16, batch_size=2, steps=2, dtype="fp32"))
     model = Qwen3(qwen3_config("debug-moe"))

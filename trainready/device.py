@@ -834,6 +834,10 @@ _VENDOR_COMPILE_CACHES: dict[str, dict[str, str]] = {
     # torch-neuronx: the torch.compile backend's NEFF cache, and the Neuron Persistent Cache of the
     # XLA path (neuronx-cc artifacts; default /var/tmp/neuron-compile-cache).
     "neuron": {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff", "NEURON_COMPILE_CACHE_URL": "neuron-cc"},
+    # torch-neuronx 2.9 and older run on torch_xla (device "xla"): neuronx-cc's Neuron Persistent
+    # Cache (aws-neuron-sdk general/arch/neuron-features/neuron-caching.rst); other XLA devices
+    # (TPU) never read it. A `--cache_dir` in NEURON_CC_FLAGS would still take priority.
+    "xla": {"NEURON_COMPILE_CACHE_URL": "neuron-cc"},
 }
 
 

@@ -1,7 +1,8 @@
 """The train suite as a researcher reads it: both clocks of every mode and scenario, and the ledger.
 
 Per case: a table of the first step (with its parts) and the steady speed of eager and compiled in
-each scenario (cold, warm, arch_change, shape_change); the break-even step of compiled against
+each scenario (cold, warm, arch_change, shape_change); compiled mode's compile time by phase
+(Dynamo, backend forward and backward, kernel compile wait); the break-even step of compiled against
 eager per scenario; a chart of total time against the number of steps, where the lines cross
 at the break-even step; and, for a run with --profile, the traces captured (relative to the run
 directory, where the report is written), a short analysis of each, and the commands that open
@@ -45,6 +46,16 @@ SCENARIO_ORDER = ("cold", "warm", "arch_change", "shape_change")
 MODE_MARKERS = {"eager": MARKERS[0], "compiled": MARKERS[1]}
 LEDGER_STEPS = (1, 10, 100, 1_000, 10_000)
 CHART_DECADES = 5  # the chart spans N = 1 .. 10^5, or past the break-even step
+# Compile seconds by phase, keyed as the suite records them (trainready.training.COMPILE_PHASES;
+# a test keeps the two in step). They nest: Dynamo's frame compiles hold the forward graph's
+# backend compile, the backward graph is compiled at the first backward, and the wait for
+# kernels falls within both backend compiles.
+COMPILE_PHASE_COLUMNS = {
+    "dynamo_s": "Dynamo s",
+    "backend_forward_s": "backend forward s",
+    "backend_backward_s": "backend backward s",
+    "kernel_compile_wait_s": "kernel compile wait s",
+}
 
 
 def _scenarios(r: Result) -> dict[str, dict[str, dict]]:
@@ -119,6 +130,9 @@ def section(report: Report, suite: str) -> list[Block]:
         for r in _with_data(run):
             label = _label(run, r, report.multi)
             blocks.append(clocks_table(r, label))
+            phases = compile_phases_table(r, label)
+            if phases is not None:
+                blocks.append(phases)
             blocks.append(ledger_table(r, label))
             blocks.append(ledger_chart(r, label))
             blocks.extend(profile_blocks(r, label))
@@ -199,6 +213,28 @@ def clocks_table(r: Result, label: str) -> Table:
         f"{label} — first step (model on device to the first step's loss after its update) and "
         f"steady speed (median after warm-up); compile s: Dynamo and backend, forward and "
         f"backward graphs; {memory}MFU {peak}; status {r.status}"
+    )
+    return Table(columns, rows, caption)
+
+
+def compile_phases_table(r: Result, label: str) -> Table | None:
+    """Compiled mode's compile seconds by phase, one row per scenario that recorded any."""
+    compiled = _scenarios(r).get("compiled", {})
+    rows = []
+    for name in _ordered(compiled):
+        comp = (compiled[name] or {}).get("compile", {})
+        phases = comp.get("phases") or {}
+        if phases:
+            rows.append(
+                [name, *(phases.get(k) for k in COMPILE_PHASE_COLUMNS), comp.get("compile_s")]
+            )
+    if not rows:
+        return None
+    columns = [Column("scenario"), *map(num, COMPILE_PHASE_COLUMNS.values()), num("compile s")]
+    caption = (
+        f"{label} — compile time by phase, compiled mode: Dynamo's frame compiles include the "
+        "forward graph's backend compile; the backward graph's is compiled at the first "
+        "backward; kernel compile wait falls within both; compile s = Dynamo + backend backward"
     )
     return Table(columns, rows, caption)
 
