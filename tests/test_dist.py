@@ -100,7 +100,12 @@ def test_a_vendor_backend_is_picked_for_its_device(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(backend, "_plugins", dict(backend._plugins))
     monkeypatch.setattr(backend, "backend_list", list(backend.backend_list))
     monkeypatch.setattr(backend, "VENDORCCL", "vendorccl", raising=False)
+    backend.default_device_backend_map.pop("hpu", None)
     with pytest.raises(ConfigError, match="no process-group backend is registered for 'hpu'"):
+        default_pg_backend("hpu:0")
+    # Importing FSDP registers torch's testing backend for hpu (fake_pg): it moves no data.
+    backend.default_device_backend_map["hpu"] = "fake"
+    with pytest.raises(ConfigError, match="only torch's non-communicating 'fake' test backend"):
         default_pg_backend("hpu:0")
     backend.register_backend("vendorccl", lambda *a: None, devices=["hpu", "privateuseone"])
     assert default_pg_backend("hpu:0") == "vendorccl"

@@ -803,12 +803,19 @@ def default_pg_backend(device: str) -> str:
             f"unknown device {device!r} ({first}); no process-group backend to pick for it"
         ) from None
     try:
-        return dist.get_default_backend_for_device(dev_type)
+        backend = dist.get_default_backend_for_device(dev_type)
     except (ValueError, RuntimeError) as e:
-        raise ConfigError(
-            f"no process-group backend is registered for {dev_type!r} ({e}); "
-            "name one with --pg-backend"
-        ) from None
+        reason = str(e)
+    else:
+        # torch's testing backend claims cpu/cuda/hpu/xpu devices nobody else has claimed as soon
+        # as FSDP is imported (torch/testing/_internal/distributed/fake_pg.py); it moves no data.
+        if backend != "fake":
+            return backend
+        reason = "only torch's non-communicating 'fake' test backend is registered for it"
+    raise ConfigError(
+        f"no process-group backend is registered for {dev_type!r} ({reason}); "
+        "name one with --pg-backend"
+    )
 
 
 def rank_device(device: str, local_rank: int) -> str:
