@@ -24,6 +24,7 @@ from trainready.core.context import ARTIFACTS
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
 from trainready.core.store import RunRecord, Store, StoreError, new_run_id
+from trainready.mfu import calculate as calculate_mfu
 from trainready.suites import expand
 
 DEFAULT_OUT = "runs"
@@ -385,30 +386,8 @@ def _device_row(dev: str, dtype: str, store: Store | None, recalibrate: bool) ->
     }
 
 
-def mfu(
-    model: str,
-    *,
-    seq_len: int,
-    tokens_per_s: float,
-    devices: int,
-    device_kind: str | None = None,
-    peak_tflops: float | None = None,
-    dtype: str = "bf16",
-) -> dict[str, Any]:
-    """`trainready mfu ... --json` as a dict: FLOPs per token and MFU of `devices` devices that
-    together reach `tokens_per_s` on `model` (a named config or a config.json path). Give exactly
-    one of `device_kind` (a peak-table key) or `peak_tflops`; `mfu` is a fraction."""
-    from trainready.mfu import calculate
-
-    return calculate(
-        model,
-        seq_len=seq_len,
-        tokens_per_s=tokens_per_s,
-        devices=devices,
-        device_kind=device_kind,
-        peak_tflops=peak_tflops,
-        dtype=dtype,
-    )
+# `trainready mfu ... --json` as a dict: the calculator itself, the one code both use.
+mfu = calculate_mfu
 
 
 def _resolve(ref: str) -> tuple[Store, str]:
