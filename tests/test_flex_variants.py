@@ -6,6 +6,7 @@ when the run is planned, including the ones only calling the code reveals (flex.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import textwrap
 
@@ -243,3 +244,11 @@ def test_a_missing_user_file_stops_the_run_before_it_starts(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(f"--variants {missing}: no such file")):
         api.run(["flex"], device="cpu", out=tmp_path / "out", options={"variants": missing})
     assert not (tmp_path / "out" / "trainready.db").exists()
+
+
+def test_a_user_mod_that_hangs_when_called_is_an_error_not_a_hung_plan(tmp_path, monkeypatch):
+    monkeypatch.setattr(flex, "PROBE_LIMIT_S", 0.5)
+    hangs = "def stuck(b, h, q, kv):\n    while True:\n        pass\n"
+    with pytest.raises(ConfigError, match=r"variant 'stuck': .*did not return within 0.5 s"):
+        _cases("quick", variants=_write(tmp_path, hangs))
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no alarm left behind

@@ -60,6 +60,8 @@ counted, by convention).
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -407,10 +409,40 @@ def _plain_eager_flex() -> Iterator[None]:
         flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = saved
 
 
-def _probed(where: str, what: str, call: Callable[[], Any]) -> Any:
-    """call() -> its result; its error as a ConfigError 'WHERE: WHAT: Type: first line'."""
+PROBE_LIMIT_S = 30.0  # per call: the probe's problem is tiny, so this is a hang, not slowness
+
+
+class _ProbeHung(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _ProbeHung in the calling code after `seconds` (SIGALRM: Python code only, which a
+    user's mod is). Where there is no alarm to set (not the main thread, not POSIX), no limit."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def hung(signum: int, frame: Any) -> None:
+        raise _ProbeHung(f"did not return within {seconds:g} s on a {PROBE.S}-token problem")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return call()
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _probed(where: str, what: str, call: Callable[[], Any]) -> Any:
+    """call() -> its result; its error (or a hang past PROBE_LIMIT_S) as a ConfigError
+    'WHERE: WHAT: Type: first line'."""
+    try:
+        with _time_limit(PROBE_LIMIT_S):
+            return call()
     except ConfigError:
         raise  # already names the file and the variant (a builder's bad keys)
     except Exception as e:  # noqa: BLE001 - whatever the user's code raises is the file's error
