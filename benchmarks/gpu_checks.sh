@@ -14,12 +14,14 @@
 #   flex     the FlexAttention standard grid in bf16 ($FLEX_JOBS compile workers, default 8)
 #   parity   the parity standard preset on cuda, to store as a --baseline for other devices
 #   profile  the train suite's debug model with --profile, for the explorer
-# Per-check limits in seconds: LIMIT_<CHECK> (e.g. LIMIT_MATMUL=300).
+# Per-check limits in seconds: LIMIT_<CHECK> (e.g. LIMIT_MATMUL=300). DEVICE (default cuda) lets
+# the plumbing be tried on the CPU first: DEVICE=cpu OUT=/tmp/o bash benchmarks/gpu_checks.sh dist
 # The results: $OUT/gpu-results.tar.gz (each run's store and reports) and $OUT/summary.txt;
 # commit them under benchmarks/results/ with this command line.
 set -u
 OUT=${OUT:-runs-gpu}
 PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
 WORK=${WORK:-/tmp/trainready-gpu}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -37,18 +39,18 @@ one() { # one CHECK: run it under its limit, log to $WORK/CHECK.log
   local check=$1 start rc
   start=$(date +%s)
   case $check in
-    sanity) timeout "$(limit sanity 120)" "$PY" -m benchmarks.matmul_sanity --device cuda ;;
-    dist) timeout "$(limit dist 180)" trainready run dist --device cuda --nproc 1 \
+    sanity) timeout "$(limit sanity 120)" "$PY" -m benchmarks.matmul_sanity --device "$DEVICE" ;;
+    dist) timeout "$(limit dist 180)" trainready run dist --device "$DEVICE" --nproc 1 \
       --preset quick --out "$WORK/dist" ;;
-    matmul) timeout "$(limit matmul 420)" trainready run matmul --device cuda \
+    matmul) timeout "$(limit matmul 420)" trainready run matmul --device "$DEVICE" \
       --preset "${MATMUL_PRESET:-full}" --out "$WORK/matmul" ;;
-    train) timeout "$(limit train 540)" "$PY" -m benchmarks.train_qwen3 --device cuda \
+    train) timeout "$(limit train 540)" "$PY" -m benchmarks.train_qwen3 --device "$DEVICE" \
       --model 1.7B --seq-len 4096 --out "$WORK/train" --json "$WORK/train-qwen3.json" ;;
-    flex) timeout "$(limit flex 540)" trainready run flex --device cuda --preset standard \
+    flex) timeout "$(limit flex 540)" trainready run flex --device "$DEVICE" --preset standard \
       --jobs "${FLEX_JOBS:-8}" --out "$WORK/flex" ;;
-    parity) timeout "$(limit parity 540)" trainready run parity --device cuda \
+    parity) timeout "$(limit parity 540)" trainready run parity --device "$DEVICE" \
       --preset standard --jobs 4 --out "$WORK/parity" ;;
-    profile) timeout "$(limit profile 300)" trainready run train --device cuda --profile \
+    profile) timeout "$(limit profile 300)" trainready run train --device "$DEVICE" --profile \
       --set model=debug --out "$WORK/profile" ;;
     *) echo "unknown check '$check'; valid: sanity dist matmul train flex parity profile" >&2
       (exit 2) ;;
