@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
-from trainready.cli import FLAG_USERS, unused_flag_warnings
+from trainready.cli import unused_flag_warnings
 from trainready.config import DTYPES
 from trainready.core.plan import shard_of
 from trainready.models.specs import list_specs
 from trainready.peaks import KINDS
-from trainready.suites import SUITES
+from trainready.suites import FLAG_USERS, SUITES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ from trainready.commands import register_all
 from trainready.config import DTYPES, PRESETS, ConfigError, check_choice
 from trainready.models.specs import list_specs
 from trainready.peaks import KINDS
-from trainready.suites import SUITES, expand
+from trainready.suites import FLAG_USERS, SUITES, expand, ignored_flags
 
 app = typer.Typer(
     name="trainready",
@@ -82,32 +82,16 @@ def _devices_table(rows: list[dict[str, Any]], dtype: str) -> Table:
     return table
 
 
-# The suite options `run` has flags for, and the built-in suites that read each (the others
-# ignore it, and `run` warns when none of the run's suites would read a flag given).
-FLAG_USERS: dict[str, tuple[str, ...]] = {
-    "compile_backend": ("parity", "train", "dist"),
-    "nproc": ("train", "dist"),
-    "pg_backend": ("train", "dist"),
-    "variants": ("flex",),
-    "baseline": ("parity",),
-    "profile": ("train",),
-}
-
-
 def _flag_help(text: str, option: str) -> str:
     return f"{text} ({', '.join(FLAG_USERS[option])})."
 
 
 def unused_flag_warnings(suites: list[str], flags: dict[str, object]) -> list[str]:
-    """A line per suite flag given that no suite of the run reads. Only for runs of built-in
-    suites: a suite named by module path may read any option."""
-    names = expand(suites)
-    if not all(n in SUITES for n in names):
-        return []
+    """A line per suite flag given that no suite of the run reads (see FLAG_USERS)."""
     return [
-        f"--{key.replace('_', '-')} is ignored by {', '.join(names)}; used by {', '.join(users)}"
-        for key, value in flags.items()
-        if value is not None and not set(users := FLAG_USERS[key]) & set(names)
+        f"--{key.replace('_', '-')} is ignored by {', '.join(expand(suites))}; used by "
+        f"{', '.join(FLAG_USERS[key])}"
+        for key in ignored_flags(suites, [k for k, v in flags.items() if v is not None])
     ]
 
 

@@ -9,7 +9,8 @@
 and nothing else is required of it. Optional: USES_PEAK = False for a suite that reports no MFU
 (the run then skips resolving the device's peak FLOP/s for it, a calibration of seconds on devices
 outside the peak table). The runner imports a suite by name in each worker, before the worker
-takes its first case.
+takes its first case. A built-in suite that reads a run-level flag (`--nproc`, `--variants`...)
+is listed for it in FLAG_USERS below.
 """
 
 from __future__ import annotations
@@ -28,6 +29,28 @@ _PLANNED: dict[str, str] = {
 SUITES: dict[str, str] = {
     name: path for name, path in _PLANNED.items() if importlib.util.find_spec(path) is not None
 }
+
+
+# The run-level flags (`run --nproc` ...) and the built-in suites that read each; the others ignore
+# it. Kept with the registry rather than in the suite modules so the CLI can name them (help text,
+# a warning for a flag no suite of the run reads) without importing torch.
+FLAG_USERS: dict[str, tuple[str, ...]] = {
+    "compile_backend": ("parity", "train", "dist"),
+    "nproc": ("train", "dist"),
+    "pg_backend": ("train", "dist"),
+    "variants": ("flex",),
+    "baseline": ("parity",),
+    "profile": ("train",),
+}
+
+
+def ignored_flags(suites: list[str], flags: list[str]) -> list[str]:
+    """The flags given that no suite of the run reads. Only for runs of built-in suites: a suite
+    named by module path may read any option."""
+    names = expand(suites)
+    if not all(n in SUITES for n in names):
+        return []
+    return [key for key in flags if not set(FLAG_USERS[key]) & set(names)]
 
 
 def expand(names: list[str]) -> list[str]:
