@@ -1,6 +1,8 @@
+import ast
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -9,7 +11,8 @@ import torch
 from trainready import device as dev
 from trainready.config import ConfigError
 from trainready.core.store import Store
-from trainready.device import DeviceError
+from trainready.device import DeviceError, PeakCache, identity, runtime
+from trainready.device import peak as peak_mod
 
 # Tests that assert what this machine lacks; everything else holds on any machine.
 cpu_only = pytest.mark.skipif(
@@ -92,10 +95,10 @@ def test_reset_peak_memory_on_cpu():
 
 def test_flush_cache_reuses_one_buffer():
     dev.flush_cache("cpu")
-    buf = dev._flush_buffers["cpu"]
+    buf = runtime._flush_buffers["cpu"]
     assert buf.numel() * buf.element_size() >= 64 * 2**20
     dev.flush_cache("cpu")
-    assert dev._flush_buffers["cpu"] is buf
+    assert runtime._flush_buffers["cpu"] is buf
 
 
 def test_device_info_and_key_on_cpu():
@@ -165,24 +168,28 @@ def counted_calibration(monkeypatch):
         calls.append((device, dtype))
         return real(device, dtype, start_n=128, max_n=256, target_s=0.002, repeats=2)
 
-    monkeypatch.setattr(dev, "calibrate_peak", small)
+    monkeypatch.setattr(peak_mod, "calibrate_peak", small)
     return calls
+
+
+def _cache(store):
+    return PeakCache(store.get_calibration, store.put_calibration)
 
 
 def test_resolve_peak_on_cpu_measures_once_then_reuses_the_store(tmp_path, counted_calibration):
     with Store(tmp_path) as store:
-        first = dev.resolve_peak("cpu", "bf16", store=store)
+        first = dev.resolve_peak("cpu", "bf16", _cache(store))
         assert first["source"] == "measured" and first["kind"] is None
         assert first["flops"] > 0
         assert first["label"] == f"vs measured peak (bf16 matmul calibration, {first['n']}³)"
-        second = dev.resolve_peak("cpu", "bf16", store=store)
+        second = dev.resolve_peak("cpu", "bf16", _cache(store))
         assert counted_calibration == [("cpu", "bf16")]
         assert second["flops"] == first["flops"]
         assert second["measured_at"] == first["measured_at"] is not None
         stored = store.get_calibration(dev.device_key("cpu"), "bf16")
         assert stored["peak_flops"] == first["flops"]
 
-        dev.resolve_peak("cpu", "fp32", store=store)  # another dtype is another calibration
+        dev.resolve_peak("cpu", "fp32", _cache(store))  # another dtype is another calibration
         assert counted_calibration == [("cpu", "bf16"), ("cpu", "fp32")]
 
 
@@ -190,8 +197,8 @@ def test_recalibrate_measures_again_and_replaces_the_cached_peak(tmp_path, count
     with Store(tmp_path) as store:
         key = dev.device_key("cpu")
         store.put_calibration(key, "fp32", 1.0, {"n": 8})  # a peak measured under heavy load
-        assert dev.resolve_peak("cpu", "fp32", store=store)["flops"] == 1.0
-        fresh = dev.resolve_peak("cpu", "fp32", store=store, recalibrate=True)
+        assert dev.resolve_peak("cpu", "fp32", _cache(store))["flops"] == 1.0
+        fresh = dev.resolve_peak("cpu", "fp32", _cache(store), recalibrate=True)
         assert counted_calibration == [("cpu", "fp32")] and fresh["flops"] > 1.0
         assert store.get_calibration(key, "fp32")["peak_flops"] == fresh["flops"]
 
@@ -199,7 +206,7 @@ def test_recalibrate_measures_again_and_replaces_the_cached_peak(tmp_path, count
 def test_resolve_peak_never_reuses_another_machines_calibration(tmp_path, counted_calibration):
     with Store(tmp_path) as store:
         store.put_calibration("cpu|Some Other CPU|threads=64|torch=2.13.0", "bf16", 9e15, {"n": 1})
-        peak = dev.resolve_peak("cpu", "bf16", store=store)
+        peak = dev.resolve_peak("cpu", "bf16", _cache(store))
     assert counted_calibration == [("cpu", "bf16")]
     assert peak["flops"] != 9e15
 
@@ -210,10 +217,16 @@ def test_resolve_peak_without_store_measures(counted_calibration):
     assert counted_calibration == [("cpu", "fp32")]
 
 
+def _fake_device_info(monkeypatch, info):
+    """device_info as resolve_peak sees it, and device_key (in identity) too."""
+    for module in (peak_mod, identity):
+        monkeypatch.setattr(module, "device_info", lambda device: info)
+
+
 def test_resolve_peak_uses_the_table_for_a_known_device(monkeypatch):
     fake = {"type": "cuda", "name": "NVIDIA H200", "total_memory": 141 * 2**30}
-    monkeypatch.setattr(dev, "device_info", lambda device: fake)
-    monkeypatch.setattr(dev, "calibrate_peak", lambda *a, **k: pytest.fail("must not measure"))
+    _fake_device_info(monkeypatch, fake)
+    monkeypatch.setattr(peak_mod, "calibrate_peak", lambda *a, **k: pytest.fail("must not measure"))
     peak = dev.resolve_peak("cuda:0", "bf16")
     assert peak == {
         "flops": pytest.approx(989.4e12),
@@ -227,8 +240,8 @@ def test_resolve_peak_measures_a_dtype_the_table_lacks(monkeypatch):
     # The table has no fp32 figure for a TPU: measure rather than borrow the bf16 one.
     fake = {"type": "xla", "name": "TPU v5 lite", "total_memory": 16 * 2**30}
     calibration = {"peak_flops": 4.2e13, "n": 8192, "tflops_samples": [42.0], "clock": "wall"}
-    monkeypatch.setattr(dev, "device_info", lambda device: fake)
-    monkeypatch.setattr(dev, "calibrate_peak", lambda device, dtype: calibration)
+    _fake_device_info(monkeypatch, fake)
+    monkeypatch.setattr(peak_mod, "calibrate_peak", lambda device, dtype: calibration)
     peak = dev.resolve_peak("xla:0", "fp32")
     assert peak["source"] == "measured" and peak["kind"] == "tpu-v5e"
     assert peak["flops"] == 4.2e13
@@ -275,7 +288,7 @@ def fake_backend(request, monkeypatch):
         torch.accelerator, "get_memory_info", lambda d: (FAKE_MEMORY // 2, FAKE_MEMORY)
     )
     fake_calibration = {"peak_flops": 5e13, "n": 4096, "tflops_samples": [50.0], "clock": "wall"}
-    monkeypatch.setattr(dev, "calibrate_peak", lambda device, dtype, **kw: fake_calibration)
+    monkeypatch.setattr(peak_mod, "calibrate_peak", lambda device, dtype, **kw: fake_calibration)
     return dev_type, name, label
 
 
@@ -331,7 +344,7 @@ def _fake_tool(monkeypatch, answer):
         calls.append((list(cmd), kw.get("timeout")))
         return subprocess.CompletedProcess(cmd, 0, stdout=answer(list(cmd)), stderr="")
 
-    monkeypatch.setattr(dev.subprocess, "run", run)
+    monkeypatch.setattr(identity.subprocess, "run", run)
     return calls
 
 
@@ -419,7 +432,7 @@ def rocm_build(cuda_build, monkeypatch, tmp_path):
     (tmp_path / ".info").mkdir()
     (tmp_path / ".info" / "version").write_text("6.2.1-112\n")
     monkeypatch.setenv("ROCM_PATH", str(tmp_path))
-    monkeypatch.setattr(dev, "AMDGPU_VERSION_FILE", tmp_path / "no-such-file")
+    monkeypatch.setattr(identity, "AMDGPU_VERSION_FILE", tmp_path / "no-such-file")
 
 
 def test_amd_stack_from_amdsmi(rocm_build, monkeypatch):
@@ -450,8 +463,8 @@ def test_amd_driver_falls_back_to_sysfs_then_rocm_smi(rocm_build, monkeypatch, t
         lambda cmd: "===== ROCm System Management Interface =====\nDriver version: 6.8.5\n",
     )
     assert dev.vendor_stack("cuda:0")["driver"] == {"version": "6.8.5", "source": "rocm-smi"}
-    monkeypatch.setattr(dev, "AMDGPU_VERSION_FILE", tmp_path / "amdgpu-version")
-    dev.AMDGPU_VERSION_FILE.write_text("6.10.5\n")
+    monkeypatch.setattr(identity, "AMDGPU_VERSION_FILE", tmp_path / "amdgpu-version")
+    identity.AMDGPU_VERSION_FILE.write_text("6.10.5\n")
     assert dev.vendor_stack("cuda:0")["driver"] == {"version": "6.10.5", "source": "sysfs"}
 
 
@@ -473,3 +486,17 @@ def test_intel_driver_from_the_device_properties(monkeypatch):
 )
 def test_no_driver_version_elsewhere_says_why(device, why):
     assert dev.vendor_stack(device) == {"vendor": None, "driver": {"version": None, "why": why}}
+
+
+def test_the_device_package_never_imports_core():
+    """The device layer sits below core/: a measured peak reaches the store through its caller."""
+    package = Path(dev.__file__).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any(n.startswith("trainready.core") for n in names), path.name

@@ -1,4 +1,4 @@
-"""The vendor hooks of `device.FallbackWatch`, driven by recorded outputs of backends this CPU-only
+"""The vendor hooks of `device.fallback.FallbackWatch`, driven by recorded outputs of backends this CPU-only
 machine lacks (tests/data/fallbacks/README.md says where each record comes from)."""
 
 import json
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainready import device as dev
 from trainready.device import (
     XPU_UNNAMED_FALLBACK,
     FallbackWatch,
+    fallback,
     fallback_switches,
     fallback_watch,
     neuron_fallback_ops,
@@ -87,7 +87,7 @@ def test_xla_counters_keep_the_aten_ones_only():
 def test_xla_watch_reports_the_counter_difference(monkeypatch):
     record = json.loads(_text("xla_counters.json"))
     reads = iter([record["before"], record["after"]])
-    monkeypatch.setattr(dev, "_xla_counters", lambda: next(reads))
+    monkeypatch.setattr(fallback, "_xla_counters", lambda: next(reads))
     with fallback_watch("xla:0") as w:
         pass
     assert w.ops == record["expected"]
@@ -178,7 +178,7 @@ def test_npu_watch_reads_what_the_process_wrote_to_stderr(tmp_path, monkeypatch)
 
 
 def test_npu_watch_says_when_stderr_cannot_be_read(monkeypatch):
-    monkeypatch.setattr(dev._StderrSpan, "__init__", lambda self: setattr(self, "start", None))
+    monkeypatch.setattr(fallback._StderrSpan, "__init__", lambda self: setattr(self, "start", None))
     with fallback_watch("npu") as w:
         pass
     assert w.ops == {} and "only Python warnings" in w.source

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-import trainready.device as dev
+import trainready.device.peak as peak
 from trainready.cli import app
 
 USER_VARIANTS = """
@@ -66,10 +66,10 @@ def flex_run(tmp_path_factory):
     variants = tmp / "user_variants.py"
     variants.write_text(textwrap.dedent(USER_VARIANTS))
     out = tmp / "out"
-    real = dev.calibrate_peak
+    real = peak.calibrate_peak
     # The peak only feeds MFU, which flex does not report: a small calibration keeps this quick.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dev, "calibrate_peak", lambda d, t: real(d, t, start_n=64, max_n=128))
+        mp.setattr(peak, "calibrate_peak", lambda d, t: real(d, t, start_n=64, max_n=128))
         result = CliRunner().invoke(
             app,
             [

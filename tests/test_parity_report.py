@@ -99,7 +99,9 @@ def test_headlines_pass_rates_numerics_breaks_and_fallbacks():
     assert stats["parity compile fp32"].value == "1/2"
     assert stats["parity numerics failures"].value == 1
     assert stats["graph breaks"].value == 2
-    assert stats["host-fallback ops"].value == 0
+    assert stats["graph breaks"].note == "over 1 compiled case"  # deepseek_v3 kept no record
+    # The one ops record names no source that could see fallbacks: a count would be a guess.
+    assert stats["host-fallback ops"].value == "unknown"
 
 
 # -- Loss curves of failing cases ----------------------------------------------------------------

@@ -16,16 +16,20 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
 from trainready.core.context import ARTIFACTS
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
+from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import RunRecord, Store, StoreError, new_run_id
 from trainready.mfu import calculate as calculate_mfu
 from trainready.suites import expand
+
+if TYPE_CHECKING:
+    from trainready.device import PeakCache
 
 DEFAULT_OUT = "runs"
 EXECUTORS = ("local", "ray")
@@ -60,6 +64,7 @@ def _peaks(cfg: RunConfig, suites: list[PlannedSuite], store: Store, obs: Observ
     """The peak FLOP/s for every dtype the run uses, resolved once (a calibration costs seconds)."""
     from trainready.device import resolve_peak
 
+    cache = _peak_cache(store)
     dtypes = sorted(
         {
             d
@@ -72,8 +77,25 @@ def _peaks(cfg: RunConfig, suites: list[PlannedSuite], store: Store, obs: Observ
     peaks = {}
     for dtype in dtypes:
         obs.on_message(f"peak FLOP/s for {cfg.device} {dtype}…")
-        peaks[dtype] = resolve_peak(cfg.device, dtype, store=store)
+        peaks[dtype] = resolve_peak(cfg.device, dtype, cache)
     return peaks
+
+
+def _peak_cache(store: Store) -> PeakCache:
+    """Measured peaks are kept in the store, per machine (the device layer never sees a Store)."""
+    from trainready.device import PeakCache
+
+    return PeakCache(store.get_calibration, store.put_calibration)
+
+
+def _import_requested(imports: Sequence[str] | None) -> list[str]:
+    """Import TRAINREADY_IMPORT's modules and then `imports`, before any device is resolved (one
+    may register the device); returns the list, which the run's other processes import too."""
+    from trainready.imports import import_modules, requested
+
+    modules = requested(imports)
+    import_modules(modules)
+    return modules
 
 
 def _find_resumable(store: Store, cfg: RunConfig) -> RunRecord | None:
@@ -101,11 +123,14 @@ def run(
     observer: Observer | None = None,
     executor: str = "local",
     ray_address: str | None = None,
+    imports: Sequence[str] | None = None,
 ) -> RunSummary:
     """Run suites on a device; results land in `out`/trainready.db as they arrive.
 
     executor: "local" (worker processes on this machine) or "ray" (Ray tasks on a Ray cluster at
     `ray_address`, or a local Ray instance when None).
+    imports: modules to import first, here and in every worker and rank, after those
+    TRAINREADY_IMPORT names (`--import`); one that fails to import is an ImportFailed.
     """
     from trainready.device import resolve
     from trainready.env import snapshot
@@ -114,6 +139,7 @@ def run(
     check_choice("executor", executor, EXECUTORS)
     if not suites:
         raise ConfigError("no suite given")
+    modules = _import_requested(imports)
     cfg = RunConfig(
         suites=expand(suites),
         device=resolve(device),
@@ -125,6 +151,7 @@ def run(
         jobs=jobs,
         mem_limit_mb=mem_limit_mb,
         options=dict(options or {}),
+        imports=modules,
     )
     planned = plan(cfg)
     total = sum(len(s.cases) for s in planned)
@@ -137,9 +164,10 @@ def run(
         if previous is not None:
             run_id = previous.run_id
             done = store.done_case_ids(run_id)
+            store.update_env(run_id, {"interrupted": None})  # running again: no longer stopped
         else:
             run_id, done = new_run_id(), set()
-            env = snapshot(cfg.device)
+            env = snapshot(cfg.device, imports=cfg.imports)
             store.add_run(
                 RunRecord(
                     run_id=run_id,
@@ -169,7 +197,9 @@ def run(
         if executor == "ray":
             from trainready.core.ray_executor import RayExecutor
 
-            runner = RayExecutor(ray_address, on_start=obs.on_start, on_result=on_result)
+            runner = RayExecutor(
+                ray_address, on_start=obs.on_start, on_result=on_result, imports=cfg.imports
+            )
         else:
             runner = Runner(
                 jobs=cfg.jobs,
@@ -178,11 +208,17 @@ def run(
                 on_start=obs.on_start,
                 on_result=on_result,
                 preload=[s.module_path for s in planned if s.cases],
+                imports=cfg.imports,
             )
-        try:
-            runner.run(_jobs(cfg, planned, done, store.dir / run_id))
-        finally:
-            runner.close()
+        # SIGINT, SIGTERM and SIGHUP all unwind through the runner's cleanup (core.shutdown).
+        with interrupt_on_signals():
+            try:
+                with contextlib.closing(runner):
+                    runner.run(_jobs(cfg, planned, done, store.dir / run_id))
+            except Interrupted as stop:  # the run's row says so; the caller decides the rest
+                store.update_env(run_id, {"interrupted": stop.record(summary.done, total)})
+                stop.summary = summary
+                raise
         store.finish_run(run_id)
         return summary
     finally:
@@ -356,14 +392,17 @@ def devices(
     *,
     measure: bool = True,
     recalibrate: bool = False,
+    imports: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of `trainready devices`: per device its string ("cpu", "cuda:0"), `name`,
     `total_memory` (bytes, None where unknown), `peak`, the peak FLOP/s at `dtype` that MFU is
     computed against (device.resolve_peak's record: flops, source, label; None unless `measure`),
     and `info`, everything device_info knows. Measured peaks are cached in the store at `out`
-    (`recalibrate` replaces them); without `measure` no store is opened or created."""
+    (`recalibrate` replaces them); without `measure` no store is opened or created. `imports`:
+    modules to import first (after TRAINREADY_IMPORT's), e.g. one that registers a backend."""
     from trainready.device import available_devices, torch_dtype
 
+    _import_requested(imports)
     torch_dtype(dtype)  # a bad dtype is a one-line error even when nothing is measured
     with Store(out) if measure else contextlib.nullcontext() as store:
         return [_device_row(dev, dtype, store, recalibrate) for dev in available_devices()]
@@ -376,7 +415,7 @@ def _device_row(dev: str, dtype: str, store: Store | None, recalibrate: bool) ->
     info = device_info(dev)
     peak = None
     if store is not None:
-        peak = resolve_peak(dev, dtype, store=store, recalibrate=recalibrate)
+        peak = resolve_peak(dev, dtype, _peak_cache(store), recalibrate=recalibrate)
     return {
         "device": dev,
         "name": info.get("name"),

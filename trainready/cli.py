@@ -7,21 +7,23 @@ valid choices, and exits with code 2.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 
 from trainready import api
 from trainready.clikit import (
+    IMPORT_OPTION,
     ClickException,
     NoArgsIsHelpError,
     UsageError,
     console,
-    fail,
     guard,
     print_error,
     usage_message,
@@ -58,12 +60,12 @@ def devices(
             "a peak measured under load is too low and inflates every MFU against it)."
         ),
     ] = False,
+    imports: Annotated[list[str] | None, IMPORT_OPTION] = None,
 ) -> None:
     """List the devices this machine can test, with memory and the peak FLOP/s used for MFU."""
     check_choice("dtype", dtype, DTYPES)
-    console.print(
-        _devices_table(api.devices(out, dtype, measure=measure, recalibrate=recalibrate), dtype)
-    )
+    rows = api.devices(out, dtype, measure=measure, recalibrate=recalibrate, imports=imports)
+    console.print(_devices_table(rows, dtype))
 
 
 def _devices_table(rows: list[dict[str, Any]], dtype: str) -> Table:
@@ -140,6 +142,7 @@ def run(
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: start a local Ray instance).")
     ] = None,
+    imports: Annotated[list[str] | None, IMPORT_OPTION] = None,
     compile_backend: Annotated[
         str | None,
         typer.Option(
@@ -203,7 +206,7 @@ def run(
     ] = None,
 ) -> None:
     """Run suites on a device. Results are stored as they arrive; Ctrl-C keeps them (--resume)."""
-    from trainready.progress import RichObserver
+    from trainready.progress import observer_for
 
     flags = {
         "compile_backend": compile_backend,
@@ -216,7 +219,7 @@ def run(
     options = suite_options(set_, **flags)
 
     # Printed once the run is planned, i.e. its input is valid: bad input stays one line.
-    with RichObserver(console, warnings=unused_flag_warnings(suites, flags)) as obs:
+    with observer_for(console, warnings=unused_flag_warnings(suites, flags)) as obs:
         try:
             summary = api.run(
                 suites,
@@ -234,13 +237,36 @@ def run(
                 observer=obs,
                 executor=executor,
                 ray_address=ray_address,
+                imports=imports,
             )
-        except KeyboardInterrupt:
-            obs.stop()
-            fail("interrupted: finished cases are stored; rerun with --resume to finish", 130)
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP (core.shutdown)
+            _interrupted(obs, stop, out, report)
     _print_summary(out, summary.run_id)
     if report:
         _write_reports(out, [f"{out}:{summary.run_id}"], out / summary.run_id, None)
+
+
+def _interrupted(obs: Any, stop: KeyboardInterrupt, out: Path, report: bool) -> NoReturn:
+    """A stopped run: its report files (what finished is stored), its summary, one line, and
+    the shell's code for the signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    from trainready.core.shutdown import Interrupted
+
+    stop = stop if isinstance(stop, Interrupted) else Interrupted(signal.SIGINT)
+    summary = stop.summary
+    # A hangup may have taken the terminal with it: printing then fails, the rest must not.
+    with contextlib.suppress(OSError):
+        obs.stop(f"interrupted ({stop.signal_name})")
+    if summary is not None:
+        with contextlib.suppress(OSError):
+            if report:
+                _write_reports(out, [f"{out}:{summary.run_id}"], out / summary.run_id, None)
+            _print_summary(out, summary.run_id)
+    with contextlib.suppress(OSError):
+        print_error(
+            f"interrupted ({stop.signal_name}): finished cases are stored; "
+            "rerun with --resume to finish"
+        )
+    raise typer.Exit(stop.exit_code)
 
 
 def suite_options(pairs: list[str] | None, **flags: object) -> dict[str, object]:

@@ -26,6 +26,15 @@ NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
 console = Console()
 err_console = Console(stderr=True)
 
+# `--import MODULE`, for the commands that touch a device (run, devices, profile).
+IMPORT_OPTION = typer.Option(
+    "--import",
+    metavar="MODULE",
+    help="Import MODULE first, in this process and every one the command starts (repeatable; "
+    "adds to TRAINREADY_IMPORT, comma-separated): a device backend such as torch_npu or "
+    "trainready.testing.emu, or your kernels for it.",
+)
+
 
 def print_error(message: str) -> None:
     """One line on stderr: `error: MESSAGE`."""

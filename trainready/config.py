@@ -47,6 +47,8 @@ class RunConfig:
     jobs: int = 1
     mem_limit_mb: int | None = None  # per worker address-space headroom, for hostile cases
     options: dict[str, Any] = field(default_factory=dict)  # suite-specific extras
+    # Modules imported first in every process of the run (--import, TRAINREADY_IMPORT), in order.
+    imports: list[str] = field(default_factory=list)
     # Peak FLOP/s per dtype for MFU, resolved once by the parent: {dtype: {"flops", "source", ...}}
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -71,7 +73,11 @@ class RunConfig:
         return cls(**d)
 
     def identity(self) -> dict[str, Any]:
-        """The fields that make two runs the same run (what --resume matches on)."""
+        """The fields that make two runs the same run (what --resume and merge match on).
+
+        `imports` belong to it: a module can register the backend or replace its kernels, so
+        cases run with other imports measure something else and must not land in the same run.
+        """
         d = self.to_json()
         for k in ("jobs", "peaks"):
             d.pop(k)

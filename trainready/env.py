@@ -8,6 +8,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,13 @@ def git_sha() -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
-def snapshot(device: str) -> dict[str, Any]:
+def snapshot(device: str, imports: Sequence[str] = ()) -> dict[str, Any]:
+    """The snapshot for a run on `device`; `imports`: the run's --import modules (already
+    imported), recorded with their version and file."""
     import torch
 
     from trainready.device import device_info, vendor_stack
+    from trainready.imports import describe
 
     return {
         "python": sys.version.split()[0],
@@ -122,4 +126,5 @@ def snapshot(device: str) -> dict[str, Any]:
         "git_sha": git_sha(),
         # Quoted as a shell would need it, so the run can be repeated by pasting it.
         "command": shlex.join(sys.argv),
+        **({"imports": describe(imports)} if imports else {}),
     }

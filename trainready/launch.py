@@ -31,15 +31,15 @@ back as the tail of what it printed during the call.
 Teardown (`close`, a failed call) is SIGKILL: ranks hold nothing worth a graceful exit. No rank
 outlives its caller: torchrun runs in the caller's process group (the trainready runner kills a
 case worker's whole group on timeout) and is killed by the kernel when the caller dies
-(PR_SET_PDEATHSIG, set before exec); every rank asks the same for itself when torchrun dies
-(torchrun puts ranks in sessions of their own); and the pool kills the rank pids it knows as well
-as torchrun.
+(PR_SET_PDEATHSIG, set before exec: `core.procs.guarded_command`); every rank asks the same for
+itself when torchrun dies (torchrun puts ranks in sessions of their own); and the pool kills the
+rank pids it knows as well as torchrun. A case worker whose run has stopped starts no ranks
+(`core.procs.RunnerGone`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
@@ -56,24 +56,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from trainready.core.procs import die_with_parent, guarded_command
 from trainready.core.worker import redirect_output
 
 ENV_SPEC = "TRAINREADY_LAUNCH_SPEC"
 POLL_S = 0.005
 ERROR_GRACE_S = 2.0  # after a rank raised, how long the others get to answer before teardown
 STDERR_TAIL_CHARS = 3000
-_PR_SET_PDEATHSIG = 1
-# Run as `python -c _EXEC_WITH_PDEATHSIG ARGS...`: ask to be SIGKILLed when the parent dies, then
-# become `python ARGS...` (the request survives exec).
-_EXEC_WITH_PDEATHSIG = (
-    "import ctypes, os, signal, sys\n"
-    "if sys.platform.startswith('linux'):\n"
-    f"    ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL)\n"
-    "if os.getppid() != int(os.environ['TRAINREADY_LAUNCHER_PARENT']):\n"
-    "    os._exit(1)  # the parent died before the request took effect\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
-)
-
 Target = str | Callable[..., dict[str, Any]]
 
 
@@ -248,6 +237,20 @@ class RankPool:
         import torch.distributed as dist
 
         self.close()
+        # Refused (RunnerGone) when the run this process works for has stopped.
+        cmd, guard_env = guarded_command(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={self.nproc}",
+                "--max-restarts=0",
+                "--monitor-interval=0.05",
+                "-m",
+                "trainready.launch",
+            ]
+        )
         self._seq = 0
         t0 = time.monotonic()
         self._dir = Path(tempfile.mkdtemp(prefix="trainready-ranks-"))
@@ -261,25 +264,7 @@ class RankPool:
             "log_dir": str(self._dir),
             "pg_timeout_s": self.pg_timeout_s,
         }
-        cmd = [
-            sys.executable,
-            "-c",
-            _EXEC_WITH_PDEATHSIG,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={self.nproc}",
-            "--max-restarts=0",
-            "--monitor-interval=0.05",
-            "-m",
-            "trainready.launch",
-        ]
-        env = {
-            **os.environ,
-            **self.extra_env,
-            ENV_SPEC: json.dumps(spec),
-            "TRAINREADY_LAUNCHER_PARENT": str(os.getpid()),
-        }
+        env = {**os.environ, **self.extra_env, **guard_env, ENV_SPEC: json.dumps(spec)}
         # Ranks import the target by name: give them the caller's import roots too.
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([os.getcwd(), *paths]))
@@ -462,16 +447,6 @@ def launch(
 
 
 # -- the rank side -------------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when torchrun (its parent) dies, however it dies."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent died before the request took effect
-        os._exit(1)
-
-
 def _error_kind(exc: BaseException) -> str:
     from trainready.core.context import Unsupported
     from trainready.device import is_oom
@@ -492,12 +467,25 @@ def _call(target: str, env: RankEnv, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": head, "kind": _error_kind(e), "traceback": text[-3000:]}
 
 
+def _import_requested() -> None:
+    """The run's --import modules, which the ranks learn from TRAINREADY_IMPORT (inherited from
+    the caller), before the device is touched: one may register it. A failure ends the rank with
+    one line naming the module, which the caller's LaunchError carries."""
+    from trainready.imports import ImportFailed, import_from_env
+
+    try:
+        import_from_env()
+    except ImportFailed as e:
+        sys.exit(f"error: {e}")
+
+
 def _rank_main() -> None:
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)  # with torchrun, however it dies
     spec = json.loads(os.environ[ENV_SPEC])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     redirect_output(os.path.join(spec["log_dir"], f"rank{rank}.log"))
+    _import_requested()
 
     import torch
     import torch.distributed as dist

@@ -55,6 +55,7 @@ from trainready.device import (
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
 from trainready.probes.compile import CompileProbe
 from trainready.probes.flops import training_flops_per_token
+from trainready.probes.ops import OpsProbe
 
 PRECISIONS = ("autocast", "bf16_params")
 COMPILE_MODES = ("none", "blocks", "model")
@@ -319,6 +320,20 @@ def first_step(
     return step, value, time.perf_counter() - t0, parts
 
 
+OPS_KEPT = 40  # aten ops kept in the record, most called first
+
+
+def _ops_step(step: Step, tokens: torch.Tensor, device: str) -> dict[str, Any]:
+    """One more eager step, untimed, under the ops probe: which ops left the device, by source.
+
+    After the timed steps, so the probe's dispatch overhead touches no figure."""
+    with OpsProbe(device) as probe:
+        step(tokens)
+    record = probe.report.to_json()
+    record["ops"] = dict(list(record["ops"].items())[:OPS_KEPT])
+    return record
+
+
 def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = None) -> dict:
     """Run `spec` on this process's device and return what was measured (see the module doc)."""
     device = device or spec.device
@@ -346,7 +361,9 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
             step_times.append(timer.stop())
     losses = [loss0, *(x.item() for x in pending)]
     memory = memory_stats(device) or {}
+    ops = _ops_step(step, batch(spec.steps), device) if spec.compile == "none" else None
     return {
+        "ops": ops,
         "rank": rank,
         "world_size": world,
         "device": device,
@@ -409,8 +426,11 @@ def main(argv: list[str]) -> int:
     """
     import traceback
 
+    from trainready.imports import import_from_env
+
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     try:
+        import_from_env()  # the run's --import modules (TRAINREADY_IMPORT, set by the worker)
         record = train(TrainSpec.from_json(json.loads(spec_path.read_text())))
     except Exception as e:  # noqa: BLE001 - the parent decides what a failure means
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))

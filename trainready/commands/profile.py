@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from trainready.clikit import console, fail, guard
+from trainready.clikit import IMPORT_OPTION, console, fail, guard
+from trainready.imports import import_modules, requested
 
 
 def _target(command: list[str]) -> list[str]:
@@ -190,6 +191,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="Directory for trace and metadata.")] = Path(
             "profile"
         ),
+        imports: Annotated[list[str] | None, IMPORT_OPTION] = None,
     ) -> None:
         """Profile an unmodified training script: trainready profile -- python train.py ARGS.
 
@@ -197,9 +199,12 @@ def register(app: typer.Typer) -> None:
         memory) goes to OUT/trace.json.gz, the environment to OUT/metadata.json.
         """
         target = _target(list(ctx.args))
+        modules = requested(imports)
+        import_modules(modules)  # a bad module is one line here, before the script starts
         cmd = [sys.executable, "-m", "trainready.profile.capture", "--steps", str(steps)]
-        cmd += ["--wait", str(wait), "--warmup", str(warmup), "--out", str(out), "--", *target]
-        code = _run_child(cmd)
+        cmd += ["--wait", str(wait), "--warmup", str(warmup), "--out", str(out)]
+        cmd += [a for m in modules for a in ("--import", m)]  # the child imports them first
+        code = _run_child([*cmd, "--", *target])
         if code:
             raise typer.Exit(code)
         console.print(f"trace: {out / 'trace.json.gz'}   analyse: trainready analyze {out}")

@@ -52,11 +52,12 @@ def _result_from_json(d: dict[str, Any]) -> Result:
     )
 
 
-def run_job_locally(job: Job) -> dict[str, Any]:
-    """The body of a Ray task: one case through a one-worker local runner, as JSON."""
+def run_job_locally(job: Job, imports: list[str] | None = None) -> dict[str, Any]:
+    """The body of a Ray task: one case through a one-worker local runner (which imports the run's
+    --import modules), as JSON."""
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="trainready-ray-") as logs:
-        runner = Runner(jobs=1, log_dir=logs, on_result=results.append)
+        runner = Runner(jobs=1, log_dir=logs, on_result=results.append, imports=imports)
         try:
             runner.run([job])
         finally:
@@ -72,8 +73,10 @@ class RayExecutor:
         address: str | None = None,
         on_start: Callable[[Case], None] | None = None,
         on_result: Callable[[Result], None] | None = None,
+        imports: list[str] | None = None,
     ):
         self.address = address
+        self.imports = list(imports or [])
         self.on_start = on_start or (lambda _c: None)
         self.on_result = on_result or (lambda _r: None)
         self._started_ray = False
@@ -104,7 +107,7 @@ class RayExecutor:
         pending: dict[Any, Job] = {}
         for job in jobs:
             options = task_resources(job.context["device"])
-            pending[task.options(max_retries=0, **options).remote(job)] = job
+            pending[task.options(max_retries=0, **options).remote(job, self.imports)] = job
             self.on_start(job.case)
         try:
             while pending:

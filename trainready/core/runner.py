@@ -87,9 +87,11 @@ class Runner:
         on_start: Callable[[Case], None] | None = None,
         on_result: Callable[[Result], None] | None = None,
         preload: list[str] | None = None,
+        imports: list[str] | None = None,
     ):
         self.jobs = max(1, jobs)
         self.preload = list(preload or [])  # suite modules workers import before they are ready
+        self.imports = list(imports or [])  # the run's --import modules, imported before those
         self.log_dir = Path(log_dir)
         self.mem_limit_mb = mem_limit_mb
         self.on_start = on_start or (lambda _c: None)
@@ -106,7 +108,7 @@ class Runner:
         parent_conn, child_conn = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=worker_main,
-            args=(child_conn, str(log_path), self.mem_limit_mb, self.preload),
+            args=(child_conn, str(log_path), self.mem_limit_mb, self.preload, self.imports),
             name=f"trainready-worker-{slot}",
             daemon=True,
         )
@@ -132,15 +134,24 @@ class Runner:
         self._workers[w.slot] = self._spawn(w.slot)
 
     def close(self) -> None:
-        for w in self._workers:
-            if w.process.is_alive():
-                with contextlib.suppress(OSError, ValueError):
-                    w.conn.send(("stop",))
-        for w in self._workers:
-            w.process.join(timeout=5)
-            if w.process.is_alive():
-                self._kill(w)
-        self._workers = []
+        """Stop idle workers (they exit between cases), then kill what is left of their groups:
+        a worker that ignored the stop, and anything it started that outlived it."""
+        try:
+            for w in self._workers:
+                if w.process.is_alive():
+                    with contextlib.suppress(OSError, ValueError):
+                        w.conn.send(("stop",))
+            for w in self._workers:
+                w.process.join(timeout=5)
+        finally:
+            self.kill_all()
+
+    def kill_all(self) -> None:
+        """Kill every worker and everything it started, now (shutdown: nothing is worth waiting
+        for, finished results are stored)."""
+        workers, self._workers = self._workers, []
+        for w in workers:
+            self._kill(w)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, jobs: Iterable[Job]) -> None:
@@ -153,12 +164,11 @@ class Runner:
             while pending or any(w.job for w in self._workers):
                 self._dispatch(pending)
                 self._wait_and_handle()
-        finally:
-            # Only on an interrupt: cases still in flight are lost, finished ones are stored.
-            for w in self._workers:
-                if w.job is not None:
-                    self._kill(w)
-                    w.job = None
+        except BaseException:
+            # Interrupted (a signal: core.shutdown) or broken: no worker may go on, nor anything
+            # it started. Cases in flight are lost; finished ones are stored.
+            self.kill_all()
+            raise
 
     def _dispatch(self, pending: deque[Job]) -> None:
         for w in self._workers:

@@ -231,6 +231,24 @@ class Store:
         with self._db:
             self._db.execute("UPDATE runs SET planned=? WHERE run_id=?", (planned, run_id))
 
+    def update_env(self, run_id: str, entries: dict[str, Any]) -> None:
+        """Set `entries` in a run's recorded env (e.g. `interrupted`: signal, time, counts); an
+        entry whose value is None is removed."""
+        with self._db:
+            row = self._db.execute("SELECT env FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no run {run_id!r} in {self.db_path}")
+            env = json.loads(row["env"])
+            for key, value in entries.items():
+                if value is None:
+                    env.pop(key, None)
+                else:
+                    env[key] = value
+            self._db.execute(
+                "UPDATE runs SET env=? WHERE run_id=?",
+                (json.dumps(env, sort_keys=True, default=str), run_id),
+            )
+
     def finish_run(self, run_id: str) -> None:
         with self._db:
             self._db.execute("UPDATE runs SET finished_at=? WHERE run_id=?", (time.time(), run_id))

@@ -25,6 +25,7 @@ from typing import Any
 
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported, prepare_artifacts
+from trainready.core.procs import guard_worker
 
 
 def redirect_output(log_path: str) -> None:
@@ -126,14 +127,35 @@ def _preload(paths: list[str]) -> dict[str, Any]:
     return {path: load_suite(path) for path in paths}
 
 
+def _import_modules(names: list[str]) -> str | None:
+    """Import the run's --import modules (a backend for the device, kernels), first, and pass them
+    on to the processes cases start (ranks, training processes); returns the error, one line
+    naming the module, when one fails."""
+    from trainready.imports import ImportFailed, export, import_modules
+
+    export(names)
+    try:
+        import_modules(names)
+    except ImportFailed as e:
+        return str(e)
+    return None
+
+
 def worker_main(
-    conn: Connection, log_path: str, mem_limit_mb: int | None, preload: list[str] | None = None
+    conn: Connection,
+    log_path: str,
+    mem_limit_mb: int | None,
+    preload: list[str] | None = None,
+    imports: list[str] | None = None,
 ) -> None:
     os.setsid()
+    guard_worker()  # dies with the runner; SIGTERM/SIGHUP end the group (core.procs)
     redirect_output(log_path)
     # A fatal signal (segfault, abort, bus error) then leaves every thread's Python stack in the
     # log, whose tail the runner keeps as the crash's stderr_tail.
     faulthandler.enable(all_threads=True)
+    # Before the memory cap, which is relative to the size then: a backend maps a lot.
+    import_error = _import_modules(imports or [])
     if mem_limit_mb:
         _limit_memory(mem_limit_mb)
     try:
@@ -155,6 +177,10 @@ def worker_main(
         prepare_artifacts(ctx, case.id)
         t0 = time.perf_counter()
         try:
+            if import_error is not None:  # no case may run without the run's modules
+                from trainready.imports import ImportFailed
+
+                raise ImportFailed(import_error)
             if suite_path not in suites:
                 from trainready.suites import load_suite
 

@@ -141,15 +141,35 @@ def mfu(flops_per_token: float, tokens_per_s_per_device: float, peak_flops: floa
     return flops_per_token * tokens_per_s_per_device / peak_flops
 
 
+def host_fallback_text(ops: dict[str, int], what: str) -> str:
+    """'{what} ran through the host fallback (aten::mm ×3): not the device's'."""
+    named = ", ".join(f"{op} ×{n}" for op, n in sorted(ops.items())[:4])
+    return f"{what} ran through the host fallback ({named}): not the device's"
+
+
 def peak_diagnostics(
-    peak: dict[str, Any] | None, dtype: str, mfu: float | None = None
+    peak: dict[str, Any] | None,
+    dtype: str,
+    mfu: float | None = None,
+    fell_back: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """What a result says about the peak its MFU is against (or that there is none), so a
-    measured-peak MFU is never read as a datasheet one; and a warning when the MFU is above 1,
-    which no real peak allows: the peak is wrong, most often a calibration taken under load."""
+    measured-peak MFU is never read as a datasheet one; a warning when the MFU is above 1,
+    which no real peak allows: the peak is wrong, most often a calibration taken under load;
+    and `host_fallback` when the measured work (`fell_back`: ops that left the device) or the
+    peak's own calibration ran on the host, which the label then says first."""
+    notes = []
+    if fell_back:
+        notes.append(host_fallback_text(fell_back, "the measured work"))
+    if peak and peak.get("host_fallback"):
+        notes.append(host_fallback_text(peak["host_fallback"], "the peak calibration"))
+    out: dict[str, Any] = {"host_fallback": "; ".join(notes)} if notes else {}
     if not (peak and peak.get("flops")):
-        return {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
-    out = {"peak_label": peak.get("label", ""), "peak_source": peak.get("source", "")}
+        return out | {"peak_label": f"no peak FLOP/s known for {dtype}: MFU not computed"}
+    label = peak.get("label", "")
+    if notes:
+        label = f"host fallback, not the device's MFU — {label}"
+    out |= {"peak_label": label, "peak_source": peak.get("source", "")}
     if mfu is not None and mfu > 1:
         fix = (
             "the calibration ran slower than this case (a busy machine?): "

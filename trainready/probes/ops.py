@@ -13,7 +13,13 @@ Two generic layers, active together inside `with OpsProbe(device) as probe:`:
   user code that made them. On the CPU those calls cost nothing; on an accelerator each is a
   device-to-host copy and a sync, so they are reported on every device.
 
-Plus the backend's own record of CPU fallbacks where it keeps one (`device.fallback_watch`).
+CPU fallbacks come from two sources, kept apart:
+
+- the dispatcher (`device.dispatch.DispatchWatch`), for every aten call with the device's
+  tensors: the device's own kernel, a composite, or the backend fallback, counted per call. It
+  needs no vendor and sees the silent boxed CPU fallback of PrivateUse1 plugins;
+- the backend's own record, where it keeps one (`device.fallback_watch`: Neuron, XLA, the MPS /
+  XPU / NPU warnings), which also sees fallbacks made inside a backend's own kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainready.device import fallback_watch
+from trainready.device.dispatch import DispatchWatch
 
 # Python-level calls that read device data on the host.
 HOST_CALLS = {
@@ -76,6 +83,16 @@ def _devices(obj: Any, out: set[str]) -> None:
             _devices(o, out)
 
 
+def fell_back(record: dict[str, Any] | None) -> dict[str, int]:
+    """Every op an `OpsReport.to_json()` record says fell back to the host, by either source,
+    with the larger of the two counts."""
+    record = record or {}
+    both = dict(record.get("dispatch_fallbacks") or {})
+    for op, n in (record.get("fallbacks") or {}).items():
+        both[op] = max(n, both.get(op, 0))
+    return both
+
+
 @dataclass
 class OpsReport:
     device: str
@@ -87,6 +104,12 @@ class OpsReport:
     host_ops: Counter = field(default_factory=Counter)  # ops on CPU tensors only, device != cpu
     fallbacks: dict[str, int] = field(default_factory=dict)  # from the backend's own record
     fallback_source: str = ""
+    # The dispatcher's record: None where it cannot tell (the CPU, a device with no backend key).
+    dispatch_key: str | None = None
+    dispatch_kinds: Counter = field(default_factory=Counter)  # kernel/composite/... -> calls
+    dispatch_fallbacks: Counter = field(default_factory=Counter)  # "aten::add.out" -> calls
+    dispatch_missing: Counter = field(default_factory=Counter)  # ops with no kernel at all
+    dispatch_source: str = ""
 
     @property
     def host_round_trips(self) -> int:
@@ -97,8 +120,13 @@ class OpsReport:
             "aten_ops": float(sum(self.ops.values())),
             "unique_aten_ops": float(len({k.split("@")[0] for k in self.ops})),
             "host_round_trips": float(self.host_round_trips),
-            "fallback_ops": float(len(self.fallbacks) + len(self.host_ops)),
+            "fallback_ops": float(
+                len(self.fallbacks.keys() | self.dispatch_fallbacks.keys()) + len(self.host_ops)
+            ),
         }
+
+    def fell_back(self) -> dict[str, int]:
+        return fell_back(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +142,11 @@ class OpsReport:
             "host_ops": dict(self.host_ops.most_common()),
             "fallbacks": self.fallbacks,
             "fallback_source": self.fallback_source,
+            "dispatch_key": self.dispatch_key,
+            "dispatch_kinds": dict(self.dispatch_kinds),
+            "dispatch_fallbacks": dict(self.dispatch_fallbacks.most_common()),
+            "dispatch_missing": dict(self.dispatch_missing),
+            "dispatch_source": self.dispatch_source,
         }
 
 
@@ -125,10 +158,10 @@ class _Dispatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = str(func.overloadpacket)
         ins: set[str] = set()
         _devices((args, kwargs), ins)
+        out = func(*args, **kwargs)
+        name = str(func.overloadpacket)
         outs: set[str] = set()
         _devices(out, outs)
         r = self.r
@@ -173,13 +206,19 @@ class OpsProbe:
         self._watch.__enter__()
         self._functions = _Functions(self.report)
         self._dispatch = _Dispatch(self.report)
+        # Innermost, so it sees each call after the counting mode passed it on.
+        self._kernels = DispatchWatch(self.report.device)
         self._functions.__enter__()
         self._dispatch.__enter__()
+        self._kernels.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._kernels.__exit__(*exc)
         self._dispatch.__exit__(*exc)
         self._functions.__exit__(*exc)
         self._watch.__exit__(*exc)
-        self.report.fallbacks = dict(self._watch.ops)
-        self.report.fallback_source = self._watch.source
+        r, k = self.report, self._kernels
+        r.fallbacks, r.fallback_source = dict(self._watch.ops), self._watch.source
+        r.dispatch_key, r.dispatch_source = k.key, k.source
+        r.dispatch_kinds, r.dispatch_fallbacks, r.dispatch_missing = k.kinds, k.fallbacks, k.missing

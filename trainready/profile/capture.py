@@ -289,6 +289,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--wait", type=int, default=1, help="steps to skip before warming up")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up steps (profiled, discarded)")
     ap.add_argument("--out", type=Path, required=True, help="directory for the trace")
+    ap.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE before the script (repeatable; adds to TRAINREADY_IMPORT)",
+    )
     ap.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT ARGS, or -m MODULE ARGS")
     args = ap.parse_args(argv)
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
@@ -301,6 +309,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from trainready.imports import ImportFailed, import_modules, requested
+
+    imports = requested(args.imports)
+    try:  # before the script touches a device: a module may register it
+        import_modules(imports)
+    except ImportFailed as e:
+        print(f"trainready profile: error: {e}", file=sys.stderr)
+        return 2
 
     prof = StepProfiler(args.out, steps=args.steps, wait=args.wait, warmup=args.warmup)
     handle = register_optimizer_step_post_hook(
@@ -324,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         handle.remove()
         sys.argv, sys.path[:] = saved_argv, saved_path
         prof.stop()
-        prof.write_metadata({"command": args.target, "exit_code": code})
+        prof.write_metadata({"command": args.target, "exit_code": code, "imports": imports})
     if not prof.trace_path.exists():
         print(
             f"trainready profile: no trace written: {prof.seen} optimizer step(s) seen, "

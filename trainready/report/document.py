@@ -47,7 +47,7 @@ def overview(report: Report) -> Section:
     runs = Text(
         "\n".join(
             f"{r.label}: run {r.run_id}, {r.record.preset} preset, suites {fmt.text(r.record.suites)},"
-            f" finished {fmt.timestamp(r.record.finished_at)}{_partial_note(r.record.env)}"
+            f" {fmt.run_state(r.state)}{_partial_note(r.record.env)}{_peak_note(r.record.config)}"
             for r in report.runs
         )
     )
@@ -61,6 +61,19 @@ def _partial_note(env: dict) -> str:
         return ""
     missing = ", ".join(partial.get("missing_shards", []))
     return f" — a partial merge: shards {missing} missing, their cases are not counted"
+
+
+def _peak_note(config: dict) -> str:
+    """A peak calibrated through the host fallback makes every MFU against it the host's."""
+    peaks = (config or {}).get("peaks") or {}
+    fell = {d: p["host_fallback"] for d, p in peaks.items() if (p or {}).get("host_fallback")}
+    if not fell:
+        return ""
+    named = "; ".join(f"{d}: {', '.join(sorted(ops))}" for d, ops in sorted(fell.items()))
+    return (
+        f" — the peak calibration ran through the host fallback ({named}): MFU against it is "
+        "not the device's"
+    )
 
 
 def _percent_or_none(value: float | None) -> str:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainready.report.model import NOT_RUN
+from trainready.report.model import NOT_RUN, RunState
 
 # Hex colours work in CSS, SVG and rich alike. Green passes, reds fail, greys are gaps.
 STATUS_COLORS = {
@@ -56,6 +56,11 @@ def number(value: float) -> str:
     return f"{value:.2e}"
 
 
+def plural(n: int, noun: str, plural_form: str | None = None) -> str:
+    """'1 case', '3 cases' (`plural_form` for irregular nouns)."""
+    return f"{number(n)} {noun if n == 1 else plural_form or noun + 's'}"
+
+
 def percent(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
@@ -79,8 +84,27 @@ def metric(name: str) -> Callable[[float], str]:
 
 def timestamp(epoch: float | None) -> str:
     if epoch is None:
-        return "unfinished"
+        return "not recorded"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+
+
+def local_time(epoch: float | None) -> str:
+    """A moment as the machine's clock read it, with its zone."""
+    if epoch is None:
+        return "an unrecorded time"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
+
+
+def run_state(state: RunState) -> str:
+    """How far a run came, where the run is named: 'finished at …', 'interrupted at … (SIGTERM),
+    3 of 10 cases done', 'in progress / not finished, 3 of 10 cases done'."""
+    done = f"{state.done} of {plural(state.planned, 'case')} done"
+    if state.kind == "finished":
+        return f"finished at {local_time(state.at)}"
+    if state.kind == "interrupted":
+        how = f" ({state.signal})" if state.signal else ""
+        return f"interrupted at {local_time(state.at)}{how}, {done}"
+    return f"in progress / not finished, {done}"
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from trainready.core.case import Result
+from trainready.report import fmt
 from trainready.report.model import Comparison, Report, RunView, SuiteSummary
 from trainready.report.sections import headlines
 
@@ -59,6 +60,7 @@ def _run(run: RunView) -> dict[str, Any]:
     return {
         "run": run.record.to_json(),
         "label": run.label,
+        "state": {**asdict(run.state), "text": fmt.run_state(run.state)},
         "summary": {
             "all": _summary(run.total),
             "suites": {name: _summary(s) for name, s in run.suites.items()},

@@ -119,6 +119,19 @@ class Cause:
         return self.status in FAILING
 
 
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands. `finished` (at its end), `interrupted` (a signal stopped it: which and
+    when, recorded by the run), or `in_progress`: no end recorded, so still running, or killed
+    without a chance to record it (SIGKILL, power loss). Counts are of the run's results."""
+
+    kind: str  # "finished" | "interrupted" | "in_progress"
+    done: int
+    planned: int
+    at: float | None = None
+    signal: str | None = None
+
+
 @dataclass
 class RunView:
     record: RunRecord
@@ -132,6 +145,16 @@ class RunView:
     @property
     def run_id(self) -> str:
         return self.record.run_id
+
+    @property
+    def state(self) -> RunState:
+        done, planned = self.total.done, self.total.total
+        if self.record.finished_at is not None:
+            return RunState("finished", done, planned, at=self.record.finished_at)
+        stop = self.record.env.get("interrupted")
+        if isinstance(stop, dict):
+            return RunState("interrupted", done, planned, stop.get("at"), stop.get("signal"))
+        return RunState("in_progress", done, planned)
 
     @cached_property
     def by_id(self) -> dict[str, Result]:

@@ -28,7 +28,10 @@ tflops (from the median), mfu (only when a peak FLOP/s for the dtype is known), 
 max_rel_err and rmse (of the numerics spot-check).
 
 Diagnostics: peak_label and peak_source (what the MFU is against), clock (how time was measured),
-check (what the spot-check compared) and numerics (the probe's verdict with its errors).
+check (what the spot-check compared), numerics (the probe's verdict with its errors) and ops (the
+ops probe's record of the first, untimed call: which ops fell back to the host, by the dispatcher
+and by the backend's record). A GEMM or a peak calibration that went through a host fallback
+says so in `host_fallback` and in the MFU's label: that MFU is the host's, not the device's.
 
 Numerics: each case computes up to CHECK_SIZE x CHECK_SIZE entries of its output again in float64
 on the CPU from the same inputs, and `trainready.probes.numerics.compare` judges the device result
@@ -60,6 +63,7 @@ from trainready.probes.flops import (
     peak_diagnostics,
 )
 from trainready.probes.numerics import Verdict, compare
+from trainready.probes.ops import OpsProbe
 from trainready.probes.timing import TimingStats, benchmark
 
 NAME = "matmul"
@@ -273,7 +277,9 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
 
     with ctx.phase("run"):
         # The first call is a warm-up whose result the check reuses: no extra call on big shapes.
-        out = product(pass_, first, second)
+        # It runs under the ops probe (untimed), which says whether the GEMM left the device.
+        with OpsProbe(ctx.device) as probe:
+            out = product(pass_, first, second)
         stats = benchmark(
             lambda: product(pass_, first, second),
             ctx.device,
@@ -291,8 +297,10 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
     for name, key in (("max_rel_err", "max_rel"), ("rmse", "rmse")):
         if key in verdict.errors:
             metrics[name] = verdict.errors[key]
+    fell_back = probe.report.fell_back()
     diagnostics = {
-        **peak_diagnostics(peak, dtype, metrics.get("mfu")),
+        **peak_diagnostics(peak, dtype, metrics.get("mfu"), fell_back),
+        "ops": probe.report.to_json(),
         "clock": stats.clock,
         "check": what,
         "numerics": verdict.to_json(),

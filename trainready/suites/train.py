@@ -68,9 +68,11 @@ from trainready import ledger
 from trainready.config import ConfigError, RunConfig
 from trainready.core.case import FAILING, STATUSES, Case, Outcome
 from trainready.core.context import CaseContext
+from trainready.core.procs import guarded_command
 from trainready.device import compile_cache_env, device_type
 from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
+from trainready.probes.ops import fell_back
 from trainready.probes.timing import TimingStats
 from trainready.suites import train_profile
 from trainready.training import TrainSpec
@@ -284,13 +286,15 @@ def run_single(
         plan_path.write_text(json.dumps(profile))
         cmd = [sys.executable, "-m", train_profile.MODULE, str(spec_path), str(out_path)]
         cmd.append(str(plan_path))
+    # Dies with this worker even outside its process group; refused once the run has stopped.
+    cmd, guard_env = guarded_command(cmd)
     s = Scenario("", "")
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.run(
                 cmd,
-                env={**os.environ, **env},
+                env={**os.environ, **env, **guard_env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -535,6 +539,7 @@ def judge(
             "ahead_until_step": ledger.ahead_until_step(e, c, eager["tokens_per_step"]),
         }
     metrics = _metrics(summaries, ledgers, parity)
+    ops = _ops(runs)
     diagnostics: dict[str, Any] = {
         "scenarios": summaries,
         "ledger": ledgers,
@@ -542,10 +547,12 @@ def judge(
         "parity_rel_tol": tol,
         "specs": {m: {s.name: s.spec for s in scenarios} for m, scenarios in runs.items()},
         **_profiles(runs),
+        **ops,
         **peak_diagnostics(
             peak,
             p["dtype"],
             max((v for k, v in metrics.items() if k.endswith("_mfu")), default=None),
+            fell_back(ops.get("ops")),
         ),
     }
     if problems:
@@ -560,6 +567,14 @@ def judge(
             f"(max rel dev {v['max_rel_dev']:.3g} > {tol:g})"
         )
     return Outcome(_worst(statuses), metrics, diagnostics)
+
+
+def _ops(runs: dict[str, list[Scenario]]) -> dict[str, Any]:
+    """{"ops": record} of the first eager scenario that kept one (its extra, untimed step)."""
+    for s in runs.get("eager", []):
+        if s.record and s.record.get("ops"):
+            return {"ops": s.record["ops"]}
+    return {}
 
 
 def _profiles(runs: dict[str, list[Scenario]]) -> dict[str, Any]:

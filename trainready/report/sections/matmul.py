@@ -13,6 +13,7 @@ from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, Text, num
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
+from trainready.report.sections import host
 
 SUITE = "matmul"
 KEY_METRICS = ("tflops", "mfu", "time_ms")
@@ -62,7 +63,15 @@ def _median_mfu(label: str, results: list[Result]) -> Stat:
 
 def headlines(run: RunView) -> list[Stat]:
     measured = _measured(run, "mfu")
-    return [_median_mfu("median matmul MFU", measured)] if measured else []
+    stats = [_median_mfu("median matmul MFU", measured)] if measured else []
+    fallbacks = host.collect(run.in_suite(SUITE), _case_id)
+    if not fallbacks.on_cpu:
+        stats.append(fallbacks.stat("matmul host-fallback ops"))
+    return stats
+
+
+def _case_id(r: Result) -> str:
+    return r.case.id
 
 
 def section(report: Report, suite: str) -> list[Block]:
@@ -79,6 +88,11 @@ def section(report: Report, suite: str) -> list[Block]:
     blocks.extend(_peak_warnings(report))
     blocks.append(chart(report))
     blocks.append(table(report))
+    for run in report.runs:
+        fallbacks = host.collect(run.in_suite(SUITE), _case_id)
+        if fallbacks.ops or (fallbacks.measured and not fallbacks.on_cpu):
+            prefix = f"{run.label}: " if report.multi else ""
+            blocks.append(host.table(fallbacks, f"{prefix}Ops that left the device (first call)"))
     return blocks
 
 
@@ -86,6 +100,15 @@ def _peak_warnings(report: Report) -> list[Text]:
     """MFU above 100% means the peak is wrong, not the device fast: say so above the numbers."""
     texts = []
     for run in report.runs:
+        fell_back = [r for r in run.in_suite(SUITE) if r.diagnostics.get("host_fallback")]
+        if fell_back:
+            prefix = f"{run.label}: " if report.multi else ""
+            texts.append(
+                Text(
+                    f"{prefix}{len(fell_back)} of {len(run.in_suite(SUITE))} cases' MFU is not "
+                    f"the device's: {fell_back[0].diagnostics['host_fallback']}"
+                )
+            )
         warned = [r for r in _measured(run, "mfu") if r.diagnostics.get("peak_warning")]
         if warned:
             worst = max(warned, key=lambda r: r.metrics["mfu"])

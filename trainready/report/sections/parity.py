@@ -15,6 +15,7 @@ from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
 from trainready.report.charts import PALETTE, Axis, Panel, Point, Series, small_multiples
 from trainready.report.model import Report, RunView, finite, reason
+from trainready.report.sections import host
 
 SUITE = "parity"
 KEY_METRICS = ("worst_ratio", "curve_max_rel_dev", "graph_breaks", "compile_s")
@@ -62,20 +63,25 @@ def headlines(run: RunView) -> list[Stat]:
     if len(by_combo) > 1:  # eager / compiled, fp32 / bf16 side by side
         stats += [Stat(f"parity {k}", _rate(v)) for k, v in sorted(by_combo.items())]
     numerics = sum(r.status == "fail_numerics" for r in results)
-    breaks = sum(
-        n
-        for r in results
-        for n in ((r.diagnostics.get("compile") or {}).get("break_reasons") or {}).values()
-    )
-    fallbacks = {
-        op for r in results for op in ((r.diagnostics.get("ops") or {}).get("fallbacks") or {})
-    }
     stats += [
         Stat("parity numerics failures", numerics, fmt.number, "cases wrong against float64"),
-        Stat("graph breaks", breaks, fmt.number, "over every compiled case"),
-        Stat("host-fallback ops", len(fallbacks), fmt.number, ", ".join(sorted(fallbacks)[:4])),
+        graph_breaks_stat(results),
+        host.collect(results, _model).stat(),
     ]
     return stats
+
+
+def graph_breaks_stat(results: list[Result]) -> Stat:
+    """Graph breaks over the compiled cases that ran; a count only where something compiled."""
+    compiled = [r for r in results if isinstance(r.diagnostics.get("compile"), dict)]
+    if not compiled:
+        return Stat("graph breaks", "no compiled case ran", fmt.text)
+    breaks = sum(
+        n for r in compiled for n in (r.diagnostics["compile"].get("break_reasons") or {}).values()
+    )
+    return Stat(
+        "graph breaks", breaks, fmt.number, f"over {fmt.plural(len(compiled), 'compiled case')}"
+    )
 
 
 def section(report: Report, suite: str) -> list[Block]:
@@ -147,29 +153,9 @@ def _graph_breaks(results: list[Result], prefix: str) -> Table:
 
 
 def _host(results: list[Result], prefix: str) -> Table:
-    """Everything that left the device: the backend's fallbacks, ops run on host tensors while
-    testing an accelerator, copies to the host, and Python calls that read device data."""
-    models: dict[tuple[str, str], set[str]] = defaultdict(set)
-    count: Counter = Counter()
-    for r in results:
-        ops = r.diagnostics.get("ops") or {}
-        entries = [("backend fallback", op, n) for op, n in (ops.get("fallbacks") or {}).items()]
-        entries += [("ran on host", op, n) for op, n in (ops.get("host_ops") or {}).items()]
-        entries += [("copy", op, n) for op, n in (ops.get("host_copies") or {}).items()]
-        entries += [
-            ("host read", f"{c['op']} at {c['site']}", c["count"])
-            for c in ops.get("host_calls") or []
-        ]
-        for kind, op, n in entries:
-            models[(kind, op)].add(_model(r))
-            count[(kind, op)] += n
-    rows = [
-        [kind, op, n, len(models[(kind, op)]), _names(models[(kind, op)])]
-        for (kind, op), n in count.most_common(TOP * 2)
-    ]
-    columns = [Column("kind"), Column("op"), num("calls"), num("models"), Column("e.g.")]
-    return Table(
-        columns, rows, f"{prefix}Host round-trips and CPU fallbacks (first eager step)", True
+    return host.table(
+        host.collect(results, _model),
+        f"{prefix}Host round-trips and CPU fallbacks (first eager step)",
     )
 
 

@@ -19,6 +19,7 @@ from trainready.report import fmt
 from trainready.report.blocks import Block, Chart, Column, Stat, Table, Text, num
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
+from trainready.report.sections import host
 
 SUITE = "train"
 # Shown in the drill-down and compared across runs: the steady speedup, both first-step clocks of
@@ -111,6 +112,15 @@ def headlines(run: RunView) -> list[Stat]:
             stats.append(
                 Stat("compiled tokens/s", m["compiled_warm_tokens_per_s"], fmt.number, note)
             )
+        elif eager := next(
+            (s for s in ("warm", "cold") if finite(m.get(f"eager_{s}_tokens_per_s"))), None
+        ):
+            # compiled did not run: eager's steady figure
+            mfu = m.get(f"eager_{eager}_mfu")
+            note = f"MFU {fmt.percent(mfu)}" if finite(mfu) else "no peak known: no MFU"
+            stats.append(Stat("eager tokens/s", m[f"eager_{eager}_tokens_per_s"], fmt.number, note))
+        if r.diagnostics.get("host_fallback"):
+            stats[-1].note += f"; {r.diagnostics['host_fallback']}" if stats else ""
         be = r.diagnostics.get("ledger", {}).get("cold", {})
         if "break_even_step" in be:
             stats.append(
@@ -121,7 +131,14 @@ def headlines(run: RunView) -> list[Stat]:
                     "from it on compiled is no slower in total",
                 )
             )
+    fallbacks = host.collect(_with_data(run), _case_name)
+    if fallbacks.cases and not fallbacks.on_cpu:
+        stats.append(fallbacks.stat("train host-fallback ops"))
     return stats
+
+
+def _case_name(r: Result) -> str:
+    return r.case.name
 
 
 def section(report: Report, suite: str) -> list[Block]:
@@ -136,6 +153,11 @@ def section(report: Report, suite: str) -> list[Block]:
             blocks.append(ledger_table(r, label))
             blocks.append(ledger_chart(r, label))
             blocks.extend(profile_blocks(r, label))
+        fallbacks = host.collect(_with_data(run), _case_name)
+        if fallbacks.ops or (fallbacks.measured and not fallbacks.on_cpu):
+            prefix = f"{run.label}: " if report.multi else ""
+            title = f"{prefix}Ops that left the device (one extra, untimed eager step)"
+            blocks.append(host.table(fallbacks, title))
     return blocks
 
 

@@ -1,0 +1,55 @@
+"""Fallback and graph-break headlines claim a number only where something measured it."""
+
+from __future__ import annotations
+
+from trainready.core.case import Case, Result
+from trainready.report.sections import host
+from trainready.report.sections.parity import graph_breaks_stat
+
+
+def _result(name: str, **diagnostics) -> Result:
+    return Result(Case("parity", name, {"model": name}), "pass", diagnostics=diagnostics)
+
+
+def _name(r: Result) -> str:
+    return r.case.name
+
+
+DISPATCHER = {
+    "device": "emu",
+    "dispatch_key": "PrivateUse1",
+    "dispatch_fallbacks": {"aten::add.out": 3, "aten::_softmax": 1},
+    "dispatch_missing": {},
+    "fallbacks": {},
+    "fallback_source": "CPU-fallback warnings (warn-always)",
+}
+
+
+def test_dispatcher_record_counts_ops_and_names_its_source():
+    stat = host.collect([_result("a", ops=DISPATCHER), _result("b", ops=DISPATCHER)], _name).stat()
+    assert stat.value == 2
+    assert stat.note.startswith("dispatcher over 2 cases and backend record over 2 cases")
+    assert "aten::_softmax" in stat.note
+
+
+def test_table_rows_per_source_with_calls_and_cases():
+    vendor = {**DISPATCHER, "fallbacks": {"aten::nonzero": 1}}
+    fallbacks = host.collect([_result("a", ops=DISPATCHER), _result("b", ops=vendor)], _name)
+    rows = {(row[0], row[1]): row[2:4] for row in host.table(fallbacks, "t").rows}
+    assert rows[(host.DISPATCHER, "aten::add.out")] == [6, 2]
+    assert rows[(host.VENDOR, "aten::nonzero")] == [1, 1]
+
+
+def test_cpu_is_not_applicable_and_nothing_recorded_is_unknown():
+    cpu = {"device": "cpu", "dispatch_key": None, "fallback_source": "none: the device is the CPU"}
+    assert host.collect([_result("a", ops=cpu)], _name).stat().value == "n/a"
+    assert host.collect([_result("a")], _name).stat().value == "unknown"
+    no_key = {"device": "weird", "dispatch_key": None, "fallback_source": ""}
+    assert host.collect([_result("a", ops=no_key)], _name).stat().value == "unknown"
+
+
+def test_graph_breaks_only_over_compiled_cases():
+    assert graph_breaks_stat([_result("a")]).value == "no compiled case ran"
+    compiled = [_result("a", compile={"break_reasons": {}}), _result("b", compile={})]
+    stat = graph_breaks_stat(compiled)
+    assert (stat.value, stat.note) == (0, "over 2 compiled cases")

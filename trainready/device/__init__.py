@@ -1,0 +1,88 @@
+"""The only package that knows device APIs, one module per concern:
+
+- runtime: device names (resolve, available_devices, device_type, torch_dtype), synchronize,
+  Timer, last-level cache flush
+- memory: memory_stats, reset_peak_memory, is_oom
+- identity: device_info, device_key, vendor_stack (driver and library versions)
+- peak: calibrate_peak, resolve_peak (the caller's PeakCache keeps measured peaks)
+- fallback: the ops each backend records as run on the CPU (FallbackWatch)
+- distributed: default_pg_backend, rank_device, set_current_device
+- compile_cache: compile_cache_env
+
+Everything goes through `torch.accelerator` / `torch.Event` where PyTorch offers a generic API,
+so CUDA, ROCm, XPU, MPS and PrivateUse1 backends (e.g. Neuron) share one code path. Nothing here
+imports `trainready.core`. Callers import from the package; tests that patch a name patch the
+module it lives in.
+"""
+
+from trainready.device.compile_cache import compile_cache_env
+from trainready.device.distributed import default_pg_backend, rank_device, set_current_device
+from trainready.device.fallback import (
+    FALLBACK_SWITCHES,
+    XPU_UNNAMED_FALLBACK,
+    FallbackWatch,
+    fallback_switches,
+    fallback_watch,
+    neuron_fallback_ops,
+    parse_fallback_warnings,
+    xla_fallback_counts,
+)
+from trainready.device.identity import (
+    AMDGPU_VERSION_FILE,
+    VENDOR_TOOL_TIMEOUT_S,
+    device_info,
+    device_key,
+    vendor_stack,
+)
+from trainready.device.memory import is_oom, memory_stats, reset_peak_memory
+from trainready.device.peak import PeakCache, calibrate_peak, resolve_peak
+from trainready.device.runtime import (
+    DeviceError,
+    GiB,
+    MiB,
+    Timer,
+    available_devices,
+    device_type,
+    flush_cache,
+    resolve,
+    synchronize,
+    timer,
+    torch_dtype,
+)
+
+__all__ = [
+    "AMDGPU_VERSION_FILE",
+    "FALLBACK_SWITCHES",
+    "VENDOR_TOOL_TIMEOUT_S",
+    "XPU_UNNAMED_FALLBACK",
+    "DeviceError",
+    "FallbackWatch",
+    "GiB",
+    "MiB",
+    "PeakCache",
+    "Timer",
+    "available_devices",
+    "calibrate_peak",
+    "compile_cache_env",
+    "default_pg_backend",
+    "device_info",
+    "device_key",
+    "device_type",
+    "fallback_switches",
+    "fallback_watch",
+    "flush_cache",
+    "is_oom",
+    "memory_stats",
+    "neuron_fallback_ops",
+    "parse_fallback_warnings",
+    "rank_device",
+    "reset_peak_memory",
+    "resolve",
+    "resolve_peak",
+    "set_current_device",
+    "synchronize",
+    "timer",
+    "torch_dtype",
+    "vendor_stack",
+    "xla_fallback_counts",
+]

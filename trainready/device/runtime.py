@@ -1,0 +1,242 @@
+"""Which devices exist, what they are called, and how to wait for and time their work.
+
+Everything goes through `torch.accelerator` / `torch.Event` where PyTorch offers a generic API,
+so CUDA, ROCm, XPU, MPS and PrivateUse1 backends (e.g. Neuron) share one code path.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from trainready.config import DTYPES, ConfigError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+_TORCH_DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+}
+assert tuple(_TORCH_DTYPES) == DTYPES, "dtype names must match trainready.config.DTYPES"
+
+# Backends with a single device, addressed without an index.
+_SINGLE_DEVICE = frozenset({"mps"})
+
+_DEVICE_SPEC = re.compile(r"([a-z_][a-z0-9_]*)(?::(\d+))?")
+
+# Larger than any current accelerator's last-level cache (L2: H200 50 MB, B200 126 MB; the
+# memory-side Infinity Cache of MI300X/MI325X/MI355X: 256 MB), so writing it evicts whatever
+# a previous repeat left cached.
+_ACCEL_FLUSH_BYTES = 512 * MiB
+_CPU_FLUSH_FALLBACK_BYTES = 64 * MiB
+_flush_buffers: dict[str, torch.Tensor] = {}
+
+
+class DeviceError(ConfigError):
+    """A device the user asked for that does not exist here; the message names valid choices."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """'fp32' | 'bf16' | 'fp16' | 'fp64' -> the torch dtype."""
+    if name not in _TORCH_DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}; valid: {', '.join(_TORCH_DTYPES)}")
+    return _TORCH_DTYPES[name]
+
+
+# -- discovery ------------------------------------------------------------------------------------
+def _backend_types() -> list[str]:
+    """Device types worth probing: the built-in ones, PrivateUse1's name, and the accelerator."""
+    types = ["cuda", "xpu", "mps"]
+    # PrivateUse1 counts once a backend has registered its module (e.g. torch.neuron).
+    privateuse1 = torch._C._get_privateuse1_backend_name()
+    acc = torch.accelerator.current_accelerator()
+    for extra in (privateuse1 if hasattr(torch, privateuse1) else None, acc.type if acc else None):
+        if extra and extra not in types:
+            types.append(extra)
+    return types
+
+
+def _device_count(dev_type: str) -> int:
+    """How many devices of a type this process can use; 0 when its backend is absent."""
+    try:
+        if dev_type == "mps":
+            return int(torch.backends.mps.is_available())
+        acc = torch.accelerator.current_accelerator()
+        if acc is not None and acc.type == dev_type:
+            return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
+        module = getattr(torch, dev_type, None)
+        if module is None or not module.is_available():
+            return 0
+        return int(module.device_count())
+    except Exception:  # a half-installed vendor stack must not take the whole tool down
+        return 0
+
+
+def available_devices() -> list[str]:
+    """'cpu' first, then every accelerator device this process can use, e.g. 'cuda:0', 'mps'."""
+    devices = ["cpu"]
+    for dev_type in _backend_types():
+        count = _device_count(dev_type)
+        if dev_type in _SINGLE_DEVICE:
+            devices += [dev_type] if count else []
+        else:
+            devices += [f"{dev_type}:{i}" for i in range(count)]
+    return devices
+
+
+def resolve(spec: str) -> str:
+    """A user's device spec -> a canonical, available device string ('cpu', 'cuda:0', 'mps').
+
+    'auto' picks the first device of the current accelerator, else the cpu; 'cuda' means
+    'cuda:0'. Unknown or unavailable devices raise DeviceError naming what is available.
+    """
+    text = spec.strip().lower()
+    available = available_devices()
+    if text == "auto":
+        acc = torch.accelerator.current_accelerator(check_available=True)
+        if acc is None:
+            return "cpu"
+        return acc.type if acc.type in _SINGLE_DEVICE else f"{acc.type}:0"
+    m = _DEVICE_SPEC.fullmatch(text)
+    if m is None or m.group(1) not in ("cpu", *_backend_types()):
+        raise DeviceError(f"unknown device {spec!r}; valid: {', '.join(available)}, auto")
+    dev_type, index = m.group(1), int(m.group(2) or 0)
+    if dev_type == "cpu" or dev_type in _SINGLE_DEVICE:
+        canonical = dev_type if index == 0 else f"{dev_type}:{index}"
+    else:
+        canonical = f"{dev_type}:{index}"
+    if canonical not in available:
+        raise DeviceError(
+            f"device {canonical!r} is not available on this machine; "
+            f"available: {', '.join(available)}"
+        )
+    return canonical
+
+
+def device_type(device: str) -> str:
+    """'cuda:1' -> 'cuda'."""
+    return torch.device(device).type
+
+
+def synchronize(device: str) -> None:
+    """Wait for all queued work on the device; a no-op on the cpu, whose ops are synchronous."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        torch.accelerator.synchronize(dev)
+
+
+# -- timing ---------------------------------------------------------------------------------------
+def _stream(dev: torch.device) -> torch.Stream:
+    """The stream work for `dev` is queued on now (its device's, not the current device's)."""
+    return torch.accelerator.current_stream(dev)
+
+
+def _timing_events(device: str) -> tuple[torch.Event, torch.Event] | None:
+    """A start/end pair of timing events, or None when the backend cannot time with events.
+
+    Probed once by recording and reading an interval, since some backends accept the
+    constructor but fail at `record` or `elapsed_time`.
+    """
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return None
+    try:
+        start = torch.Event(device=dev, enable_timing=True)
+        end = torch.Event(device=dev, enable_timing=True)
+        start.record(_stream(dev))
+        end.record(_stream(dev))
+        end.synchronize()
+        start.elapsed_time(end)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AttributeError):
+        return None
+    return start, end
+
+
+class Timer:
+    """Times a region of device work: `start()`, enqueue work, `stop()` -> seconds.
+
+    With device events (`clock == "events"`) the interval is measured on the device stream, so
+    it covers exactly the work enqueued between the calls, and work queued before `start()`
+    (an L2 flush, say) is not billed. Otherwise (`clock == "wall"`) the device is synchronised
+    on both ends around `time.perf_counter`.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self._dev = torch.device(device)
+        self._events = _timing_events(device)
+        self.clock = "events" if self._events else "wall"
+        self._running = False
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._running = True
+        if self._events:
+            self._events[0].record(_stream(self._dev))
+        else:
+            synchronize(self.device)
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if not self._running:
+            raise RuntimeError("Timer.stop() called before start()")
+        self._running = False
+        if self._events:
+            start, end = self._events
+            end.record(_stream(self._dev))
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        synchronize(self.device)
+        return time.perf_counter() - self._t0
+
+
+def timer(device: str) -> Timer:
+    """A Timer for `device` (events where the backend has them, else the wall clock)."""
+    return Timer(device)
+
+
+# -- cache flush ----------------------------------------------------------------------------------
+def _parse_size(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": MiB, "G": GiB}[m.group(2)]
+
+
+def _cpu_last_level_cache_bytes() -> int | None:
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            size = _parse_size(f.read_text())
+        except OSError:
+            continue
+        if size:
+            sizes.append(size)
+    return max(sizes) if sizes else None
+
+
+def _flush_bytes(device: str) -> int:
+    if device_type(device) != "cpu":
+        return _ACCEL_FLUSH_BYTES
+    llc = _cpu_last_level_cache_bytes()
+    # Twice the size, since caches replace only approximately least-recently-used lines.
+    return 2 * llc if llc else _CPU_FLUSH_FALLBACK_BYTES
+
+
+def flush_cache(device: str) -> None:
+    """Evict the device's last-level cache by writing a buffer larger than it.
+
+    For microbenchmarks, so a repeat does not read inputs the previous one left cached. The
+    buffer is allocated once per device and reused.
+    """
+    buf = _flush_buffers.get(device)
+    if buf is None:
+        buf = torch.empty(_flush_bytes(device) // 4, dtype=torch.int32, device=device)
+        _flush_buffers[device] = buf
+    buf.zero_()
