@@ -6,7 +6,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PRESETS = ("quick", "standard", "full")
+# smoke: a handful of cases per suite, for CI and for a first look at a new device (seconds to a
+# minute or two); quick: the main job on a CPU; standard and full: the sweeps a device is judged on.
+PRESETS = ("smoke", "quick", "standard", "full")
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
 
 

@@ -168,6 +168,10 @@ class FallbackWatch:
     Other accelerators: the CPU-fallback warnings, with warn-always on so a warning given once in an
     earlier case is given again; for NPU also what the process wrote to stderr meanwhile. `source`
     says which record was read, its limits, and the state of the backend's fallback switches.
+    `complete` says whether an empty record means that nothing fell back: true for the counters
+    (XLA, TorchNeuron) and for backends known to warn on every fallback (MPS, XPU); false where a
+    fallback can leave no trace (torch_npu names an op once per process; a PrivateUse1 plugin's
+    fallback is silent unless its vendor made it warn).
     """
 
     def __init__(self, device: str):
@@ -179,6 +183,7 @@ class FallbackWatch:
         self._mode = "none" if self.device_type == "cpu" else "warnings"
         self._neuron: Any = None
         self._stderr: _StderrSpan | None = None
+        self.complete = self.device_type in ("xla", "mps", "xpu")
 
     def _sync(self) -> None:
         import contextlib
@@ -210,6 +215,7 @@ class FallbackWatch:
             )
             self._sync()
             self._neuron.clear_op_tracking()
+            self.complete = True
             return self
         if self.device_type == "neuron":
             how = (
@@ -229,8 +235,13 @@ class FallbackWatch:
                 how += (
                     f"; without PYTORCH_DEBUG_XPU_FALLBACK=1 they count as {XPU_UNNAMED_FALLBACK}"
                 )
-        else:
+        elif self.device_type == "mps":
             how = "CPU-fallback warnings (warn-always)"
+        else:
+            how = (
+                "CPU-fallback warnings (warn-always), if the backend gives any: PyTorch's own "
+                "cpu_fallback is silent, so their absence proves nothing"
+            )
         self.source = self._describe(how)
         self._warn_always = torch.is_warn_always_enabled()
         torch.set_warn_always(True)

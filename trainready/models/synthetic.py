@@ -152,10 +152,12 @@ def _combinations(count: int, seed: int) -> list[tuple[str, dict]]:
 
 
 def variants(preset: str, seed: int = 0) -> list[tuple[str, dict]]:
-    """(stable name, config) pairs: quick = the base and every one-axis variation; standard and
-    full add 24 and 96 seeded combinations of several axes."""
+    """(stable name, config) pairs: smoke = the base alone; quick = the base and every one-axis
+    variation; standard and full add 24 and 96 seeded combinations of several axes."""
+    if preset == "smoke":
+        return [("base", dict(BASE))]
     if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown preset {preset!r}; valid: smoke, {', '.join(PRESETS)}")
     return [("base", dict(BASE)), *_one_axis(), *_combinations(PRESETS[preset], seed)]
 
 

@@ -211,3 +211,26 @@ class CompileProbe:
             elif name == RECOMPILE_LOGGER:
                 r.recompile_reasons.append(parse_recompile(message))
         r.recompiles = len(r.recompile_reasons)
+
+
+def backend_unsupported(backend: str | None, device: str) -> str | None:
+    """Why `torch.compile(backend=...)` cannot generate code for `device`, where that is known
+    before trying, else None. Inductor needs a code generator registered for the device type
+    (`torch._inductor.codegen.common.register_backend_for_device`); an out-of-tree backend
+    without one fails deep in lowering with an assertion that names no cause."""
+    if backend != "inductor":
+        return None
+    dev_type = device.partition(":")[0]
+    from torch._inductor.codegen.common import (  # noqa: PLC0415 - imports inductor, slow
+        get_scheduling_for_device,
+        init_backend_registration,
+    )
+
+    init_backend_registration()
+    if get_scheduling_for_device(dev_type) is not None:
+        return None
+    return (
+        f"inductor has no code generator for device type {dev_type!r} (none registered with "
+        "torch._inductor.codegen.common.register_backend_for_device); a backend that does not "
+        "generate code, e.g. --compile-backend aot_eager, can still run"
+    )

@@ -104,6 +104,7 @@ class OpsReport:
     host_ops: Counter = field(default_factory=Counter)  # ops on CPU tensors only, device != cpu
     fallbacks: dict[str, int] = field(default_factory=dict)  # from the backend's own record
     fallback_source: str = ""
+    fallback_complete: bool = False  # an empty backend record means nothing fell back
     # The dispatcher's record: None where it cannot tell (the CPU, a device with no backend key).
     dispatch_key: str | None = None
     dispatch_kinds: Counter = field(default_factory=Counter)  # kernel/composite/... -> calls
@@ -142,6 +143,7 @@ class OpsReport:
             "host_ops": dict(self.host_ops.most_common()),
             "fallbacks": self.fallbacks,
             "fallback_source": self.fallback_source,
+            "fallback_complete": self.fallback_complete,
             "dispatch_key": self.dispatch_key,
             "dispatch_kinds": dict(self.dispatch_kinds),
             "dispatch_fallbacks": dict(self.dispatch_fallbacks.most_common()),
@@ -220,5 +222,6 @@ class OpsProbe:
         self._watch.__exit__(*exc)
         r, k = self.report, self._kernels
         r.fallbacks, r.fallback_source = dict(self._watch.ops), self._watch.source
+        r.fallback_complete = self._watch.complete
         r.dispatch_key, r.dispatch_source = k.key, k.source
         r.dispatch_kinds, r.dispatch_fallbacks, r.dispatch_missing = k.kinds, k.fallbacks, k.missing

@@ -59,6 +59,7 @@ RANK_TARGET = "trainready.suites.dist_cases:run_case"
 KiB, MiB = 1 << 10, 1 << 20
 # preset -> (sizes, dtypes, warmup, repeats) of the collective sweep
 SWEEPS: dict[str, tuple[tuple[int, ...], tuple[str, ...], int, int]] = {
+    "smoke": ((64 * KiB,), ("fp32",), 1, 3),
     "quick": ((16 * KiB, 1 * MiB), ("fp32", "bf16"), 2, 5),
     "standard": ((4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB), ("fp32", "bf16"), 3, 10),
     "full": (tuple(KiB * 4**i for i in range(11)), ("fp32", "bf16", "fp16"), 5, 20),
@@ -160,8 +161,13 @@ def collective_cases(cfg: RunConfig) -> list[Case]:
     return out
 
 
+# smoke: one case per API family beyond the collectives.
+SMOKE_API_CASES = ("ddp/fp32", "fsdp2/fp32", "dtensor/redistribute", "moe/all_to_all")
+
+
 def cases(cfg: RunConfig) -> list[Case]:
-    return collective_cases(cfg) + [Case(NAME, name, dict(p)) for name, p in API_CASES.items()]
+    names = SMOKE_API_CASES if cfg.preset == "smoke" else tuple(API_CASES)
+    return collective_cases(cfg) + [Case(NAME, name, dict(API_CASES[name])) for name in names]
 
 
 # --- the ranks --------------------------------------------------------------------------------------

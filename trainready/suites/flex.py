@@ -113,6 +113,7 @@ _STANDARD_SIZES = dict(
     batches=(2, 4), heads=((16, 16), (16, 4)), seqs=(1024, 2048, 4096, 8192), dims=(64, 128)
 )
 GRIDS = {
+    "smoke": Grid((1,), ((2, 1),), (128,), (32,), ("causal",)),
     "quick": Grid((2,), ((4, 2),), (256,), (32,), None),
     "standard": Grid(**_STANDARD_SIZES, variants=STANDARD_VARIANTS),
     "full": Grid(**_STANDARD_SIZES, variants=None),

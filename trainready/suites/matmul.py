@@ -12,6 +12,7 @@ All three cost 2*M*N*K FLOPs.
 Case names are `{model}/{op}/M{M}/{pass}`, e.g. `Llama-3.1-8B/q_proj/M128/fwd`, stable across runs.
 
 Presets:
+- `smoke`: Llama-3.1-8B's k_proj at M=128, fwd/dX/dW (three cases).
 - `full`: every model x every projection (fused concatenations included) x M in {1, 128, 2048}
   x {fwd, dX, dW}.
 - `standard`: as `full` without the fused projections (`fused: true` in the JSON).
@@ -95,6 +96,9 @@ QUICK: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+# smoke: one projection's three GEMMs at one M.
+SMOKE, SMOKE_M = ("Llama-3.1-8B", "k_proj"), 128
+
 SEED = 0
 CHECK_SIZE = 64  # the spot-check covers at most CHECK_SIZE rows x CHECK_SIZE columns of the output
 WARMUP = 3
@@ -109,6 +113,8 @@ def _selection(
     preset: str, model: str, proj: dict[str, Any]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """(M values, passes) that `preset` runs for one projection; empty when it skips it."""
+    if preset == "smoke":
+        return ((SMOKE_M,), PASSES) if (model, proj["op"]) == SMOKE else ((), ())
     if preset == "full":
         return M_VALUES, PASSES
     if proj.get("fused", False):

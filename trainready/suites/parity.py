@@ -52,7 +52,7 @@ from trainready.config import RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom
-from trainready.probes.compile import CompileProbe
+from trainready.probes.compile import CompileProbe, backend_unsupported
 from trainready.probes.numerics import Verdict, compare_many, loss_curve_compare
 from trainready.probes.ops import OpsProbe
 from trainready.suites import parity_baseline
@@ -80,6 +80,8 @@ SEED = 0
 # fp32 allows for MoE routing that flips on a near-tie late in the run (a 0.3% step seen on the
 # CPU against float64); a wrong gradient shows in the tensor comparison long before that.
 CURVE_RTOL = {"fp64": 1e-6, "fp32": 5e-3, "bf16": 5e-2, "fp16": 2e-2}
+# The smoke preset's Hugging Face types: one dense decoder and one MoE.
+SMOKE_HF_TYPES = ("llama", "qwen3_moe")
 WORST_SHOWN = 3
 OPS_SHOWN = 40
 
@@ -101,7 +103,7 @@ def _grid(cfg: RunConfig) -> dict[str, list[tuple[str, str]]]:
     if cfg.dtype:
         dtypes = [cfg.dtype]
     modes = _list(cfg.options.get("modes")) or list(MODES)
-    hf_modes = ["eager"] if cfg.preset == "quick" else list(MODES)
+    hf_modes = ["eager"] if cfg.preset in ("smoke", "quick") else list(MODES)
     pairs = {
         "hf": [(m, d) for m in hf_modes for d in dtypes if m in modes],
         "synthetic": [(m, d) for m in MODES for d in dtypes if m in modes],
@@ -125,7 +127,9 @@ def cases(cfg: RunConfig) -> list[Case]:
         try:
             from trainready.models.hf import model_types
 
-            types = _list(cfg.options.get("hf_types")) or model_types()
+            types = _list(cfg.options.get("hf_types")) or (
+                list(SMOKE_HF_TYPES) if cfg.preset == "smoke" else model_types()
+            )
         except ImportError as e:  # the zoo needs transformers: say so in a case, never drop it
             why = f"the Hugging Face zoo needs transformers: {e}"
             out.append(Case(NAME, "hf/unavailable", {"source": "unavailable", "reason": why}))
@@ -285,6 +289,10 @@ def _eager(subject: Subject, data: Data, spec: Spec, phase: _Timed, out: Outcome
 def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: Outcome) -> Trace:
     """Compiled on the device under the compile probe; raises _CompileFailed when compiling (not
     the model) breaks the run."""
+    why = backend_unsupported(spec.compile_backend, spec.device)
+    if why is not None:
+        ctx.set_phase("compile")
+        raise Unsupported(why)
     torch._dynamo.reset()
     probe = CompileProbe()
     try:

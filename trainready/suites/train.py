@@ -70,6 +70,7 @@ from trainready.core.case import FAILING, STATUSES, Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.core.procs import guarded_command
 from trainready.device import compile_cache_env, device_type
+from trainready.probes.compile import backend_unsupported
 from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.ops import fell_back
@@ -101,7 +102,13 @@ _ACCEL_DEFAULTS = {"model": "1.7B", "seq_len": 4096, "batch_size": 2, "steps": 3
 # --- cases ----------------------------------------------------------------------------------------
 
 
-def _defaults(device: str) -> dict[str, Any]:
+# smoke: the debug model on any device, the cold scenario only (a first look, not a measure).
+_SMOKE = {**_CPU_DEFAULTS, "steps": 4, "warmup": 1, "scenarios": ("cold",)}
+
+
+def _defaults(device: str, preset: str = "quick") -> dict[str, Any]:
+    if preset == "smoke":
+        return dict(_SMOKE)
     return dict(_CPU_DEFAULTS if device_type(device) == "cpu" else _ACCEL_DEFAULTS)
 
 
@@ -134,7 +141,7 @@ def _flag(opts: dict[str, Any], key: str) -> bool:
 
 def _base_params(cfg: RunConfig) -> dict[str, Any]:
     opts = {
-        **_defaults(cfg.device),
+        **_defaults(cfg.device, cfg.preset),
         "lr": TrainSpec.lr,
         "nproc": 1,
         **cfg.options,
@@ -421,8 +428,12 @@ def run_mode(p: dict[str, Any], ctx: CaseContext, mode: str, root: Path, deadlin
     cache = root / mode / "cache"
     env = compile_cache_env(ctx.device, cache)
     out: list[Scenario] = []
+    why = backend_unsupported(p["compile_backend"], ctx.device) if mode == "compiled" else None
     for name in p["scenarios"]:
         spec = scenario_spec(p, ctx.device, mode, name)
+        if why is not None:  # known before starting a process: say so, spend nothing
+            out.append(Scenario(mode, name, status="unsupported", error=why, spec=spec.to_json()))
+            continue
         if out and out[0].record is None:
             out.append(
                 Scenario(mode, name, status="skipped", error="cold failed", spec=spec.to_json())

@@ -24,8 +24,12 @@ VENDOR = "fallback (backend record)"
 
 
 def _vendor_measured(ops: dict) -> bool:
+    """Whether the backend's record measured anything: it named an op, or it is a record whose
+    silence means none fell back (a silent fallback leaves warnings-based records empty)."""
     source = ops.get("fallback_source") or ""
-    return bool(source) and not source.startswith("none")
+    if not source or source.startswith("none"):
+        return False
+    return bool(ops.get("fallbacks")) or bool(ops.get("fallback_complete"))
 
 
 @dataclass
@@ -56,7 +60,8 @@ class Fallbacks:
             why = "no case recorded the ops it ran" if not self.cases else "no source could tell"
             return Stat(label, "unknown", fmt.text, why)
         ops = sorted(self.fallback_ops)
-        return Stat(label, len(ops), fmt.number, f"{self.sources()}; " + ", ".join(ops[:4]))
+        named = f"; {', '.join(ops[:4])}" + (f" (+{len(ops) - 4})" if len(ops) > 4 else "")
+        return Stat(label, len(ops), fmt.number, self.sources() + (named if ops else ""))
 
     def sources(self) -> str:
         parts = []

@@ -91,6 +91,31 @@ def Event(enable_timing: bool = False, device: _Device = None) -> torch.Event:
 
 
 # -- memory ----------------------------------------------------------------------------------------
+# Streams: one synchronous stream per device (the guard's), so a "new" stream is that one and
+# switching streams changes nothing; FSDP2 and other stream-aware code only need the calls.
+def Stream(device: _Device = None, priority: int = 0) -> torch.Stream:  # noqa: N802 - torch's name
+    return torch.Stream(device=torch.device(NAME, _index(device)), priority=priority)
+
+
+def current_stream(device: _Device = None) -> torch.Stream:
+    return Stream(device)
+
+
+def default_stream(device: _Device = None) -> torch.Stream:
+    return Stream(device)
+
+
+class stream:  # noqa: N801 - torch's name: `with torch.emu.stream(s):`
+    def __init__(self, s: torch.Stream | None):
+        self.s = s
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def memory_stats(device: _Device = None) -> collections.OrderedDict[str, int]:
     """Allocator statistics under torch.cuda.memory_stats' keys ("allocated_bytes.all.current",
     "reserved_bytes.all.peak", "allocation.all.allocated", "num_alloc_retries", ...)."""

@@ -1,0 +1,147 @@
+"""Every suite on the reference foreign device, end to end through the CLI, as a backend team would
+run it: `run all --device emu --import trainready.testing.emu --preset smoke`, and what each
+suite's report must say about emu (its eager ops pass, its fallbacks are listed, inductor cannot
+generate code for it, FlexAttention refuses it, its matmul MFU is the host's, its process-group
+backend is the one it registered).
+
+emu is imported only in the CLI's processes, never in pytest's (see tests/test_emu.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+IMPORT = ("--import", "trainready.testing.emu")
+TIMEOUT_S = 900  # includes emu's first build on a clean machine
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainready", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def report(out: Path) -> dict:
+    p = cli("report", str(out), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["runs"][0]
+
+
+def native_kernels() -> set[str]:
+    code = "import json, trainready.testing.emu as e; print(json.dumps(sorted(e.native_kernels())))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return set(json.loads(p.stdout))
+
+
+@pytest.fixture(scope="module")
+def emu_out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("emu-all")
+    p = cli("run", "all", "--device", "emu", *IMPORT, "--preset", "smoke", "--out", str(out))
+    assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: some case did not pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def emu_all(emu_out) -> dict:
+    return report(emu_out)
+
+
+def by_suite(run: dict, suite: str) -> list[dict]:
+    results = [r for r in run["results"] if r["suite"] == suite]
+    assert results, f"no {suite} case ran"
+    return results
+
+
+def headline(run: dict, label: str) -> dict:
+    return next(h for h in run["headlines"] if h["label"] == label)
+
+
+def test_parity_eager_passes_and_lists_what_fell_back(emu_all):
+    eager = [r for r in by_suite(emu_all, "parity") if r["params"]["mode"] == "eager"]
+    assert eager and all(r["status"] == "pass" for r in eager), [r["status"] for r in eager]
+    native = native_kernels()
+    for r in eager:
+        ops = r["diagnostics"]["ops"]
+        assert ops["dispatch_key"] == "PrivateUse1"
+        fell = set(ops["dispatch_fallbacks"])
+        assert "aten::mm.out" in fell and "aten::embedding_dense_backward" in fell
+        assert not fell & native  # emu's own kernels never count as fallbacks
+        assert ops["dispatch_kinds"]["kernel"] > 0  # views, copies, bmm ran natively
+    stat = headline(emu_all, "host-fallback ops")
+    assert isinstance(stat["value"], int) and stat["value"] > 10
+    assert stat["note"].startswith("dispatcher over 3 cases")
+
+
+def test_inductor_is_unsupported_with_the_reason(emu_all):
+    compiled = [r for r in by_suite(emu_all, "parity") if r["params"]["mode"] == "compile"]
+    assert compiled
+    for r in compiled:
+        assert r["status"] == "unsupported" and r["phase"] == "compile"
+        assert "inductor has no code generator for device type 'emu'" in r["diagnostics"]["reason"]
+    assert headline(emu_all, "graph breaks")["value"] == "no compiled case ran"
+
+
+def test_flex_is_unsupported_with_pytorchs_message(emu_all):
+    for r in by_suite(emu_all, "flex"):
+        assert r["status"] == "unsupported"
+        assert "FlexAttention is only supported on" in r["diagnostics"]["reason"]
+
+
+def test_matmul_mfu_is_labelled_the_hosts(emu_all):
+    for r in by_suite(emu_all, "matmul"):
+        assert r["status"] == "pass"
+        d = r["diagnostics"]
+        assert d["ops"]["dispatch_fallbacks"] == {"aten::mm.out": 1}
+        assert d["peak_label"].startswith("host fallback, not the device's MFU")
+        assert "peak calibration ran through the host fallback (aten::mm.out" in d["host_fallback"]
+    assert "host fallback" in headline(emu_all, "median matmul MFU")["note"]
+    assert emu_all["run"]["config"]["peaks"]["bf16"]["host_fallback"] == {"aten::mm.out": 1}
+
+
+def test_report_header_says_the_peak_is_the_hosts(emu_out):
+    p = cli("report", str(emu_out), "--format", "md")
+    assert p.returncode == 0, p.stderr
+    header = next(line for line in p.stdout.splitlines() if "smoke preset" in line)
+    assert "the peak calibration ran through the host fallback (bf16: aten::mm.out)" in header
+
+
+def test_train_runs_eager_and_says_why_compiled_did_not(emu_all):
+    [r] = by_suite(emu_all, "train")
+    assert r["status"] == "unsupported"
+    assert r["metrics"]["eager_cold_tokens_per_s"] > 0
+    scenario = r["diagnostics"]["problems"]["compiled/cold"]
+    assert scenario["status"] == "unsupported" and "inductor" in scenario["error"]
+    assert "aten::_softmax.out" in r["diagnostics"]["ops"]["dispatch_fallbacks"]
+    assert r["diagnostics"]["host_fallback"]
+
+
+def test_dist_picks_emus_backend_and_its_collectives_pass(emu_all):
+    results = by_suite(emu_all, "dist")
+    assert {r["diagnostics"].get("backend") for r in results} == {"emugloo"}
+    collectives = [r for r in results if r["params"]["family"] == "coll"]
+    assert len(collectives) >= 8 and all(r["status"] == "pass" for r in collectives)
+    fsdp = next(r for r in results if r["name"] == "fsdp2/fp32")
+    assert fsdp["status"] == "pass", fsdp["diagnostics"].get("error")
+
+
+def test_compiled_parity_runs_with_a_backend_that_generates_no_code(tmp_path):
+    p = cli(
+        *("run", "parity", "--device", "emu", *IMPORT, "--preset", "smoke"),
+        *("--set", "zoo=synthetic", "--compile-backend", "aot_eager", "--out", str(tmp_path)),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = report(tmp_path)
+    statuses = {r["name"]: r["status"] for r in run["results"]}
+    assert statuses == {"synthetic/base/eager/fp32": "pass", "synthetic/base/compile/fp32": "pass"}
+    breaks = headline(run, "graph breaks")
+    assert (breaks["value"], breaks["note"]) == (0, "over 1 compiled case")
