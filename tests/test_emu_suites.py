@@ -9,6 +9,7 @@ emu is imported only in the CLI's processes, never in pytest's (see tests/test_e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,17 @@ def test_compiled_parity_runs_with_a_backend_that_generates_no_code(tmp_path):
     assert statuses == {"synthetic/base/eager/fp32": "pass", "synthetic/base/compile/fp32": "pass"}
     breaks = headline(run, "graph breaks")
     assert (breaks["value"], breaks["note"]) == (0, "over 1 compiled case")
+
+
+def test_devices_says_the_peak_is_the_hosts(emu_out):
+    # The run cached its bf16 calibration in the store: `devices` reads it from there.
+    p = subprocess.run(
+        [sys.executable, "-m", "trainready", "devices", *IMPORT, "--out", str(emu_out)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, "COLUMNS": "400"},  # one line per device: no wrapped cells
+    )
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if "emu:0" in line)
+    assert "the calibration ran through the host fallback (aten::mm.out)" in row

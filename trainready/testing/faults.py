@@ -24,10 +24,11 @@ The faults, each a class of bug that device kernels really have:
   the math SDPA's `_safe_softmax`). Imitates a wrong constant folded into a fused exp (a softmax
   scale or log2(e) off by a little, a temperature applied twice): every row still sums to 1, so
   nothing looks broken, but attention is slightly too sharp.
-- `gemm_contiguous_only`: a GEMM (`aten::mm`, behind F.linear and its backward) that reads every
-  operand as if it were row-major. The classic stride bug: right for the contiguous inputs the
-  kernel was tested with, wrong for a transposed view such as F.linear's `W.t()` or the weight
-  gradient's `grad_y.t()`.
+- `gemm_contiguous_only`: a GEMM (`aten::mm`, behind F.linear without a bias and its backward)
+  that reads every operand as if it were row-major. The classic stride bug: right for the
+  contiguous inputs the kernel was tested with, wrong for a transposed view such as F.linear's
+  `W.t()` or the weight gradient's `grad_y.t()`. (A linear with a bias runs `aten::addmm`, which
+  no fault here replaces.)
 - `norm_backward_1pct`: LayerNorm's backward (`aten::native_layer_norm_backward`) returns an input
   gradient 1% too large. Imitates a wrong normalisation constant in the hand-written backward
   reduction (N-1 for N is 1.6% at N = 64). The forward is right, so only gradients show it.
@@ -70,7 +71,9 @@ DISPATCH_KEY = "PrivateUse1"
 SOFTMAX_SCALE = 1.02
 NORM_BACKWARD_SCALE = 1.01
 
-_HITS: Counter[str] = Counter()  # "fault:op" -> calls of the planted kernel
+_HITS: Counter[str] = Counter()  # "fault:op" -> calls in which the planted bug acted
+_HOLDER: dict[str, str] = {}  # op -> the planted fault whose kernel it runs now
+_LIB_OPS: dict[int, list[str]] = {}  # id(library) -> the ops it holds
 
 
 @dataclass(frozen=True)
@@ -292,8 +295,15 @@ def _fault(name: str) -> Fault:
 
 def plant(name: str) -> torch.library.Library:
     """Register fault `name`'s kernels for PrivateUse1; they stay until `remove` of the returned
-    library (or until it is garbage-collected: keep it)."""
+    library (or until it is garbage-collected: keep it). Two faults that replace the same op
+    (the two GEMMs) cannot be planted together: ValueError naming the one planted."""
     fault = _fault(name)
+    for op in fault.kernels:
+        if op in _HOLDER:
+            raise ValueError(
+                f"fault {name!r} replaces aten::{op}, which fault {_HOLDER[op]!r} has planted: "
+                "remove that one first"
+            )
     lib = torch.library.Library("aten", "IMPL")
     try:
         for op, kernel in fault.kernels.items():
@@ -301,11 +311,15 @@ def plant(name: str) -> torch.library.Library:
     except Exception:
         lib._destroy()
         raise
+    _HOLDER.update(dict.fromkeys(fault.kernels, name))
+    _LIB_OPS[id(lib)] = list(fault.kernels)
     return lib
 
 
 def remove(lib: torch.library.Library) -> None:
     """Undo `plant`: the device's own kernels (for emu, the CPU fallback) run again."""
+    for op in _LIB_OPS.pop(id(lib), []):
+        _HOLDER.pop(op, None)
     lib._destroy()
 
 
