@@ -149,7 +149,9 @@ def _graph_breaks(results: list[Result], prefix: str) -> Table:
             models[why].add(_model(r))
     rows = [[why, n, len(models[why]), _names(models[why])] for why, n in count.most_common(TOP)]
     columns = [Column("reason"), num("breaks"), num("models"), Column("e.g.")]
-    return Table(columns, rows, f"{prefix}Most common graph-break reasons")
+    over = graph_breaks_stat(results)
+    scope = over.note or over.text  # "over N compiled cases", or "no compiled case ran"
+    return Table(columns, rows, f"{prefix}Most common graph-break reasons ({scope})")
 
 
 def _host(results: list[Result], prefix: str) -> Table:
