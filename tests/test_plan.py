@@ -48,7 +48,7 @@ def test_malformed_shard(bad):
 
 
 def test_config_errors_name_the_choices():
-    with pytest.raises(ConfigError, match="valid: quick, standard, full"):
+    with pytest.raises(ConfigError, match="valid: smoke, quick, standard, full"):
         RunConfig(suites=["matmul"], preset="huge")
     with pytest.raises(ConfigError, match="unknown suite 'nope'; valid: matmul"):
         load_suite("nope")
@@ -83,6 +83,7 @@ def test_filter_that_leaves_a_shard_empty_is_fine():
     assert suite.cases == []
 
 
+@pytest.mark.slow
 def test_filter_matching_nothing_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match="matches none"):
         api.run([FAULTY], device="cpu", out=tmp_path / "out", filter="nope/*")

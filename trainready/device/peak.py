@@ -109,7 +109,7 @@ def calibrate_peak(
         device, torch_dtype(dtype), sizes, target_s, repeats, deadline, clock
     )
 
-    fell_back = _host_fallbacks(device, ops)
+    fell_back = _host_fallbacks(device, torch_dtype(dtype))
     per_sample = max(1, math.ceil(target_s / max(t_one, 1e-9)))
     flops = 2.0 * n**3 * per_sample
     samples: list[float] = []
@@ -129,8 +129,11 @@ def calibrate_peak(
     }
 
 
-def _host_fallbacks(device: str, ops: tuple[torch.Tensor, ...]) -> dict[str, int]:
-    """One untimed product under both fallback records: {op: calls} that left the device."""
+def _host_fallbacks(device: str, dtype: torch.dtype) -> dict[str, int]:
+    """One small product, as the calibration runs it, under both fallback records: {op: calls}
+    that left the device. Small, because the ops dispatched do not depend on the size and the
+    calibration's budget should not pay for a large extra product."""
+    ops = _operands(64, dtype, device)
     with DispatchWatch(device) as kernels, fallback_watch(device) as vendor:
         _time_matmuls(*ops, 1, Timer(device))
     both = dict(kernels.fallbacks)
