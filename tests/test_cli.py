@@ -167,6 +167,7 @@ def matmul_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_matmul_end_to_end_reports(matmul_run):
     [run_dir] = [d for d in matmul_run.iterdir() if d.is_dir() and d.name != "logs"]
     report = json.loads((run_dir / "report.json").read_text())
@@ -188,13 +189,60 @@ def test_matmul_end_to_end_reports(matmul_run):
     assert "vs measured peak" in md
 
 
-def test_report_command_formats(matmul_run, tmp_path):
-    p = cli("report", str(matmul_run), "--format", "junit")
-    assert p.returncode == 0 and ET.fromstring(p.stdout) is not None
+def _junit(out: Path) -> tuple[ET.Element, list[dict]]:
+    """`report OUT --format junit`, parsed, and the run's results as report.json has them; the
+    JUnit XML the run wrote at its end must be the same document."""
+    p = cli("report", str(out), "--format", "junit")
+    assert p.returncode == 0, p.stderr
+    [run_dir] = [d for d in out.iterdir() if d.is_dir() and d.name != "logs"]
+    assert p.stdout == (run_dir / "report.junit.xml").read_text()
+    results = json.loads((run_dir / "report.json").read_text())["runs"][0]["results"]
+    return ET.fromstring(p.stdout), results
+
+
+def _counts(element: ET.Element) -> tuple[int, ...]:
+    return tuple(int(element.get(k)) for k in ("tests", "failures", "errors", "skipped"))
+
+
+@pytest.mark.slow
+def test_report_command_writes_junit_ci_can_gate_on(matmul_run):
+    root, results = _junit(matmul_run)
+    assert _counts(root) == (4, 0, 0, 0)
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "matmul" and _counts(suite) == (4, 0, 0, 0)
+    cases = {f"{tc.get('classname')}/{tc.get('name')}": tc for tc in suite.iter("testcase")}
+    assert sorted(cases) == sorted(r["case_id"] for r in results)  # one testcase per case
+    for r in results:
+        tc = cases[r["case_id"]]
+        assert list(tc) == []  # passed: no <failure>, no <skipped>
+        assert float(tc.get("time")) == pytest.approx(r["duration_s"], abs=5e-4)
     p = cli("report", str(matmul_run), "--format", "pdf")
     assert p.returncode == 2 and "valid" in p.stderr
 
 
+@pytest.mark.slow
+def test_junit_names_each_failure_and_gap_with_its_reason(tmp_path):
+    """A failing case is a <failure> whose message is the error and whose text holds the
+    traceback; an unsupported one is <skipped> with the backend's reason."""
+    out = tmp_path / "runs"
+    p = cli("run", "tests.faulty_suite", "--device", "cpu", "--out", str(out),
+            "--set", 'kinds=["ok", "raises", "unsupported"]')  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    root, results = _junit(out)
+    assert _counts(root) == (3, 1, 0, 1)
+    cases = {tc.get("name"): tc for tc in root.iter("testcase")}
+    assert sorted(cases) == sorted(r["name"] for r in results)
+    assert list(cases["00-ok"]) == []
+    failure = cases["01-raises"].find("failure")
+    assert failure.get("type") == "fail_run"
+    assert failure.get("message") == "ValueError: planted failure"
+    assert 'raise ValueError("planted failure")' in failure.text  # the traceback, for the CI log
+    (skipped,) = list(cases["02-unsupported"])
+    assert skipped.tag == "skipped"
+    assert skipped.get("message") == "unsupported: this backend has no such thing"
+
+
+@pytest.mark.slow
 def test_shards_merge_to_the_whole_run(tmp_path):
     args = ["--device", "cpu", "--filter", "matmul/Qwen3-8B/*", "--no-report"]
     for i in range(2):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def explore(*args: str, cwd: Path, monkeypatch) -> Result:
 @pytest.mark.parametrize(
     ("setup", "args", "expected"),
     [
-        (None, ["missing.json"], "no such trace file: missing.json"),
+        (None, ["missing.json"], "no such trace file or directory: missing.json"),
+        ("emptydir", ["empty"], "empty: directory holds no .json or .json.gz trace files"),
         ("corrupt", ["bad.json"], "truncated or corrupt JSON"),
         ("notrace", ["bad.json"], "not a profiler trace"),
         (None, [], "give trace files to explore, or --serve DIR"),
@@ -38,6 +40,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, setup, args, ex
         (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,')
     elif setup == "notrace":
         (tmp_path / "bad.json").write_text('{"rows": [1, 2, 3]}')
+    elif setup == "emptydir":
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "metadata.json").write_text("{}")  # not a trace
     p = explore(*args, cwd=tmp_path, monkeypatch=monkeypatch)
     assert p.exit_code == 2, p.output
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
@@ -76,10 +81,46 @@ def test_serve_answers_and_stops(tmp_path):
         with urllib.request.urlopen(url + "api/traces", timeout=30) as r:
             listing = json.load(r)
         assert listing["uploads"] is True and [t["id"] for t in listing["traces"]] == ["t.json"]
+        # Ctrl-C, as the banner says: a clean stop, exit code 0, no traceback.
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 5
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.returncode is not None
+        if proc.poll() is None:  # it did not stop: never leave a server behind
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err
+    # Stopped means the port is closed, not just the process gone.
+    with pytest.raises(urllib.error.URLError) as refused:
+        urllib.request.urlopen(url + "api/traces", timeout=5)
+    assert isinstance(refused.value.reason, ConnectionRefusedError)
+
+
+def test_explore_takes_the_folder_profile_wrote(tmp_path):
+    """`trainready profile` prints `analyze DIR`; `explore DIR` opens the same traces (its
+    metadata.json left aside), not 'no such trace file'."""
+    out = tmp_path / "profile"
+    out.mkdir()
+    event = {"ph": "X", "name": "op", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, "tid": 1}
+    (out / "trace.json").write_text(json.dumps({"traceEvents": [event]}))
+    (out / "metadata.json").write_text(json.dumps({"steps": 3}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainready", "explore", str(out), "--no-open"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[0].startswith(f"loading {out / 'trace.json'} ("), lines  # one line, whole
+        assert "explorer at http://127.0.0.1:" in lines[1], lines
+        url = lines[1].split("explorer at ")[1].split()[0]
+        with urllib.request.urlopen(url + "api/traces", timeout=30) as r:
+            listing = json.load(r)
+        assert len(listing["traces"]) == 1  # the trace, not the metadata
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

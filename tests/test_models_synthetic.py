@@ -4,7 +4,9 @@ autocast, every axis value changes the model, masks hold, and preset names are s
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
 
 import pytest
 import torch
@@ -52,18 +54,83 @@ def test_variant_trains_with_finite_gradients_everywhere(name, config, dtype):
         assert param.grad.abs().sum() > 0, f"{pname} gets no gradient"
 
 
-def _signature(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
-    return [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+# How each axis value changes the base model's parameters: (added, removed, reshaped), names
+# without the layer index. A value not listed keeps the base's parameters, shapes and all.
+PARAMETER_CHANGES: dict[str, tuple[set[str], set[str], set[str]]] = {
+    "norm=layernorm": ({"attention_norm.bias", "ffn_norm.bias", "norm.bias"}, set(), set()),
+    "norm=rmsnorm+qk_norm": ({"attention.q_norm.weight", "attention.k_norm.weight"}, set(), set()),
+    "norm=rmsnorm/sandwich": ({"post_attention_norm.weight", "post_ffn_norm.weight"}, set(), set()),
+    "norm=layernorm/post": ({"attention_norm.bias", "ffn_norm.bias", "norm.bias"}, set(), set()),
+    "mlp=gelu": (set(), {"feed_forward.w3.weight"}, set()),  # not gated: no up projection
+    "mlp=relu2": (set(), {"feed_forward.w3.weight"}, set()),
+    **{
+        f"moe={moe}": (
+            {"feed_forward.router.weight", *(f"feed_forward.experts.w{i}" for i in (1, 2, 3))}
+            | extra,
+            {f"feed_forward.w{i}.weight" for i in (1, 2, 3)},
+            set(),
+        )
+        for moe, extra in (
+            ("topk", set()),
+            ("topk+bias", set()),
+            ("shared+routed", {f"feed_forward.shared_expert.w{i}.weight" for i in (1, 2, 3)}),
+        )
+    },
+    "attention=gqa": (set(), set(), {"attention.wk.weight", "attention.wv.weight"}),
+    "attention=mqa": (set(), set(), {"attention.wk.weight", "attention.wv.weight"}),
+    "attention=mla": (
+        {f"attention.{n}.weight" for n in ("wq_a", "wq_b", "wkv_a", "wkv_b", "q_norm", "kv_norm")},
+        {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight"},
+        set(),
+    ),
+    "attention=sinks": ({"attention.sinks"}, set(), set()),
+    "position=learned": ({"pos_embeddings.weight"}, set(), set()),
+    "embeddings=tied": (set(), {"output.weight"}, set()),  # the output reuses the embedding
+}
+KV_HEADS = {"attention=gqa": 2, "attention=mqa": 1}  # of 4 query heads, head_dim 16
+
+
+def _shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """Parameter shapes by name, the layer index taken out (every layer must agree)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, param in model.named_parameters():
+        key = re.sub(r"^layers\.\d+\.", "", name)
+        assert out.setdefault(key, tuple(param.shape)) == tuple(param.shape), name
+    return out
+
+
+@functools.cache
+def _built(name: str) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """(parameters, logits, balancing loss) of a one-axis variant in float64, from the seed."""
+    model = _float64(dict(ONE_AXIS)[name])
+    with torch.no_grad():
+        logits = model(example_input())
+        aux = torch.as_tensor(model.aux_loss(), dtype=torch.float64)
+    return {n: p.detach() for n, p in model.named_parameters()}, logits, aux
+
+
+def _same_parameters(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
 
 
 @pytest.mark.parametrize(("name", "config"), ONE_AXIS[1:], ids=[n for n, _ in ONE_AXIS[1:]])
 def test_every_axis_value_changes_the_model(name, config):
-    base, variant = _float64(BASE), _float64(config)
-    if _signature(variant) != _signature(base):
-        return
-    # same parameters (and, from the same seed, the same weights): the computation must differ
-    ids = example_input()
-    assert (variant(ids) - base(ids)).abs().max() > 1e-9, name
+    base, variant = _shapes(_float64(BASE)), _shapes(_float64(config))
+    added = set(variant) - set(base)
+    removed = set(base) - set(variant)
+    reshaped = {k for k in set(base) & set(variant) if base[k] != variant[k]}
+    assert (added, removed, reshaped) == PARAMETER_CHANGES.get(name, (set(), set(), set()))
+    if name in KV_HEADS:
+        assert variant["attention.wk.weight"] == (KV_HEADS[name] * 16, 64)
+    # Every variant with the same parameters (the base among them) gets the same weights from the
+    # same seed, so what it computes -- logits or balancing loss -- must differ from each one's.
+    params, logits, aux = _built(name)
+    twins = [n for n, _ in ONE_AXIS if n != name and _same_parameters(_built(n)[0], params)]
+    assert name in PARAMETER_CHANGES or "base" in twins
+    for twin in twins:
+        twin_params, twin_logits, twin_aux = _built(twin)
+        assert all(torch.equal(params[k], twin_params[k]) for k in params), twin
+        assert (logits - twin_logits).abs().max() > 1e-9 or (aux - twin_aux).abs() > 1e-9, twin
 
 
 def test_moe_variants_route_to_k_of_e_experts():
@@ -147,7 +214,7 @@ def test_traits_and_config_errors():
         traits({"normalization": "rmsnorm"})
     with pytest.raises(ConfigError, match="dict of axis"):
         build("attention=mla")
-    with pytest.raises(ConfigError, match="valid: quick, standard, full"):
+    with pytest.raises(ConfigError, match="valid: smoke, quick, standard, full"):
         variants("huge")
 
 

@@ -4,6 +4,9 @@ The reference values are committed (tests/data/hta_reference/, produced by
 scripts/hta_reference.py); HTA itself is not needed. Percentages must agree within 0.5 points and
 counts exactly, except where HTA is wrong; each such case is asserted with its cause (see the
 README beside the reference values).
+
+Every trace the reference covers is committed under tests/data/traces/ (the three large ones trimmed
+to the events these analyses read: see its README), so these tests run in a clean clone.
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ from trainready.profile import intervals
 from trainready.profile.trace import KIND_SYNC, Trace, load_trace
 
 HERE = Path(__file__).parent
-LOCAL = HERE / "data" / "traces"
-SHARED = HERE.parent.parent / "shared" / "data" / "traces"
+TRACES = HERE / "data" / "traces"
 REFERENCE = json.loads((HERE / "data" / "hta_reference" / "hta_reference.json").read_text())
 EXACT = REFERENCE["modes"]["exact"]
 TOL = 0.5  # percentage points
@@ -36,28 +38,18 @@ TRITON = "triton_example__triton_example.json.gz"
 SYNC_AS_BUSY = {EVENT_SYNC, MTIA}
 
 
-def _path(name: str) -> Path | None:
-    for folder in (LOCAL, SHARED):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 @functools.cache
 def _trace(name: str) -> Trace:
-    path = _path(name)
-    if path is None:
-        pytest.skip(f"{name}: not in tests/data/traces and ../shared/data/traces is absent")
-    return load_trace(path)
+    return load_trace(TRACES / name)  # a missing trace fails the test: nothing is skipped
 
 
 ALL = sorted(EXACT)
 WITH_DEVICE = [n for n in ALL if "temporal" in EXACT[n]]
 
 
-def test_reference_covers_the_shared_traces():
+def test_every_reference_trace_is_committed():
     assert len(ALL) == 14
-    assert {p.name for p in LOCAL.glob("*.json.gz")} <= set(ALL)
+    assert {p.name for p in TRACES.glob("*.json.gz")} == set(ALL)
 
 
 @pytest.mark.parametrize("name", [n for n in WITH_DEVICE if n not in SYNC_AS_BUSY])
