@@ -58,7 +58,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a command so user-input errors become one line and exit code 2."""
+    """Decorate a command so user-input errors become one line and exit code 2, and a file the
+    system cannot write (a read-only directory, a full disk) one line and exit code 1."""
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -66,8 +67,17 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except (ConfigError, StoreError) as e:
             fail(str(e))
+        except OSError as e:
+            fail(os_message(e), code=1)
 
     return wrapped
+
+
+def os_message(error: OSError) -> str:
+    """`PATH: No space left on device`, the way the shell's tools say it."""
+    if error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return error.strerror or str(error)
 
 
 def usage_message(error: UsageError) -> str:

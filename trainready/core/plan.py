@@ -10,7 +10,8 @@ from types import ModuleType
 
 from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case
-from trainready.suites import load_suite
+from trainready.core.options import check_options
+from trainready.suites import FLAG_USERS, load_suite
 
 
 def shard_of(case_id: str, num_shards: int) -> int:
@@ -71,8 +72,7 @@ def check_filter(pattern: str | None, cases: list[Case]) -> None:
     raise ConfigError(f"--filter {pattern!r} matches none of the {len(ids)} cases{examples}")
 
 
-def _enumerate(name: str, cfg: RunConfig) -> tuple[ModuleType, list[Case]]:
-    module = load_suite(name)
+def _enumerate(name: str, module: ModuleType, cfg: RunConfig) -> tuple[ModuleType, list[Case]]:
     cases = module.cases(cfg)
     if len({c.id for c in cases}) != len(cases):
         raise ConfigError(f"suite {name!r} produced duplicate case ids")
@@ -81,9 +81,17 @@ def _enumerate(name: str, cfg: RunConfig) -> tuple[ModuleType, list[Case]]:
 
 def plan(cfg: RunConfig) -> list[PlannedSuite]:
     """Every suite's cases, filtered, then this shard's share. Raises ConfigError before anything
-    is written when the --filter matches no case at all."""
-    enumerated = {name: _enumerate(name, cfg) for name in cfg.suites}
-    check_filter(cfg.filter, [c for _, cases in enumerated.values() for c in cases])
+    is written for an unknown or invalid suite option, when the suites have no case at all with
+    these options, and when the --filter matches no case."""
+    modules = {name: load_suite(name) for name in cfg.suites}
+    check_options(cfg.options, modules, set(FLAG_USERS))
+    enumerated = {name: _enumerate(name, module, cfg) for name, module in modules.items()}
+    every = [c for _, cases in enumerated.values() for c in cases]
+    if not every:
+        raise ConfigError(
+            f"no cases to run: {', '.join(cfg.suites)} enumerate none with these options"
+        )
+    check_filter(cfg.filter, every)
     return [
         PlannedSuite(
             getattr(module, "NAME", name), name, module, select(cases, cfg.filter, cfg.shard)

@@ -26,6 +26,7 @@ import numpy as np
 
 from trainready.profile import intervals
 from trainready.profile.trace import (
+    DEVICE_KINDS,
     KIND_CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -319,17 +320,28 @@ def _stats(values: np.ndarray) -> dict[str, Any]:
             "max": int(values.max()), "sum": int(values.sum())}  # fmt: skip
 
 
+def graph_launches(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Which of the runtime rows launch a graph (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch):
+    a graph launch is never a single-kernel launch, even of a graph of one kernel."""
+    ids = trace.memo(
+        "graph_launch_names",
+        lambda: np.array([i for i, s in enumerate(trace.strings) if "GraphLaunch" in s], np.int64),
+    )
+    return np.isin(trace.name[rows], ids)
+
+
 def launch_stats(trace: Trace, win: Window | None = None) -> dict[str, Any]:
     """Launches of single kernels and memory operations: count, CPU launch time, device time,
-    launch delay (ns). Calls that start several activities (a CUDA graph launch, a copy split
-    into several DMA requests) are counted apart as `multi_launches`: the delay of an activity
-    deep in a graph is not a launch delay.
+    launch delay (ns). Calls that start several activities (a copy split into several DMA
+    requests) and graph launches (whatever their number of kernels) are counted apart as
+    `multi_launches`, as HTA leaves them out: the delay of an activity deep in a graph is not a
+    launch delay.
 
     `count` = `kernels` + `memory`. `short_kernels`: launches whose device work took less time
     than the launch call itself (the device outruns the host: launch-bound).
     """
     pairs = launches(trace, win)
-    single = pairs["fanout"] == 1
+    single = (pairs["fanout"] == 1) & ~graph_launches(trace, pairs["launch"])
     memory = single & (kernel_types(trace, pairs["activity"]) == MEMORY)
     graph = ~single
     return {
@@ -432,6 +444,8 @@ def summary(
         "rank": trace.rank,
         "device": trace.device_name(),
         "events": len(trace),
+        # False for a CPU-only trace: the device tables below then hold nothing to read.
+        "device_activity": bool(trace.of_kind(*DEVICE_KINDS).any()),
         "window": {
             "trimmed_last_step": win.trimmed_last_step,
             "rows": int(win.keep.sum()),

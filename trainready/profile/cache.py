@@ -7,8 +7,8 @@ edited, replaced or re-parsed file never hits a stale entry. Arrays only (string
 with offsets; tracks, metadata as JSON): read with `allow_pickle=False`, never unpickled.
 
 Safety: an entry records the size of the JSON text it came from, and a hit re-applies the
-loader's limits (`max_bytes`, gzip ratio) to it, so a cache never admits what parsing would
-refuse. A missing, unreadable, corrupt or mismatched entry is a miss (and a corrupt one is
+loader's limits (`max_bytes`, gzip ratio) and time checks to it, so a cache never admits what
+parsing would refuse. A missing, unreadable, corrupt or mismatched entry is a miss (and a corrupt one is
 removed); failing to write one (read-only home, full disk) only costs the next open a parse.
 Entries are written to a temporary name and renamed into place, and the directory is kept under
 `max_bytes` by removing the least recently used entries.
@@ -37,10 +37,11 @@ from trainready.profile.trace import (
     Trace,
     Track,
     check_limits,
+    check_times,
     load_trace,
 )
 
-FORMAT = 1  # bump when the loader's columns or this layout change
+FORMAT = 2  # bump when the loader's columns or this layout change (2: hostile-input checks)
 DEFAULT_MAX_CACHE_BYTES = 4 * GiB
 ENV = "TRAINREADY_CACHE_DIR"
 _COLUMNS = ("ts", "dur", "name", "cat", "kind", "track", "correlation", "external_id", "seq",
@@ -89,6 +90,7 @@ class TraceCache:
             with path.open("rb") as f:
                 gz = f.read(2) == b"\x1f\x8b"
             check_limits(path, trace.text_bytes, path.stat().st_size, gz, max_bytes, max_ratio)
+            check_times(path, trace)
             return trace
         trace = load_trace(path, max_bytes=max_bytes, max_ratio=max_ratio)
         self._write(entry, trace)

@@ -31,6 +31,7 @@ from trainready.profile.trace import (
     KIND_KERNEL,
     KIND_OTHER,
     KIND_SYNC,
+    MAX_JSON_DEPTH,
     TRACK_CPU,
     TRACK_OTHER,
     TRACK_STREAM,
@@ -41,6 +42,7 @@ from trainready.profile.trace import (
     Track,
     _int,
     _ns,
+    json_depth,
 )
 
 _NO_RAW = Raw()
@@ -253,15 +255,35 @@ def compact_json(raw: bytes) -> str:
     their exact text: `json.dumps(json.loads(raw, parse_float=str), separators=(",", ":"))`.
 
     Kineto's shapes, dtypes and launch geometry (arrays of integers and of plain strings) take
-    a shortcut with the same result: dropping the whitespace between tokens."""
+    a shortcut with the same result: dropping the whitespace between tokens. A value nested
+    deeper than MAX_JSON_DEPTH is refused (ValueError): it is kept, and shown on request."""
     if raw.isascii() and b"\\" not in raw and b"\x7f" not in raw and b"-0" not in raw:
         parts = raw.split(b'"')  # even parts lie outside strings (no escaped quotes)
         outside = parts[0::2]
         if not b"".join(outside).translate(None, _PLAIN_OUTSIDE):
+            _check_depth(_bracket_depth(b"".join(outside)))
             parts[0::2] = [p.translate(None, _WHITESPACE) for p in outside]
             return b'"'.join(parts).decode("ascii")
     value = _JSON_DECODER.decode(raw.decode())
+    _check_depth(json_depth(value))
     return _JSON_ENCODER.encode(value)
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]")
+
+
+def _bracket_depth(outside: bytes) -> int:
+    """Nesting depth of the arrays in a JSON text with no strings or objects in it."""
+    brackets = outside.translate(None, _NOT_BRACKETS)
+    if len(brackets) <= 2 * MAX_JSON_DEPTH:  # too few brackets to nest any deeper
+        return len(brackets) // 2
+    steps = np.where(np.frombuffer(brackets, np.uint8) == ord("["), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"an argument nested over {MAX_JSON_DEPTH} levels deep")
 
 
 # -- exact times -----------------------------------------------------------------------------------
@@ -382,6 +404,14 @@ class _Ids(dict):
         return value
 
 
+# Device categories whose events need args.stream: MTIA's command-processor events without one
+# (e.g. `dma_request`) belong to no queue; they are left out, counted in `skipped`, as HTA
+# drops them, rather than put on a made-up stream named after the thread id.
+_STREAM_REQUIRED = frozenset({"mtia_ccp_events"})
+_DROPPED = -2  # track of a dropped slice's slot
+_DROPPED_KEY = "X without args.stream"
+
+
 class _Column:
     """One column built in batches: int64 arrays, or just a count for an all-default batch."""
 
@@ -457,7 +487,9 @@ class Builder:
         cat_text, pid, tid, stream, device = key
         cat_text = cat_text if isinstance(cat_text, str) else ""
         kind = _KIND_OF_CAT.get(cat_text, KIND_OTHER)
-        if KIND_KERNEL <= kind <= KIND_GPU_ANNOTATION:
+        if stream is UNSET and cat_text in _STREAM_REQUIRED:
+            track = _DROPPED  # no queue to put it on: left out, as HTA does
+        elif KIND_KERNEL <= kind <= KIND_GPU_ANNOTATION:
             stream = _int(tid if stream is UNSET else stream)
             device = _int(pid if device is UNSET else device)
             tkey = (TRACK_STREAM, device, stream)
@@ -607,6 +639,12 @@ class Builder:
         kinds = np.array(self.kinds or [(0, 0)], dtype=np.int64)[cols.pop("kind")]
         cols["name"] = kinds[:, 0].astype(np.int32)
         slots = np.array(self.slots or [(0, 0, 0)], dtype=np.int64)[kinds[:, 1]]
+        dropped = slots[:, 2] == _DROPPED
+        if dropped.any():
+            keep = ~dropped
+            cols = {c: v[keep] for c, v in cols.items()}
+            slots = slots[keep]
+            self.skipped[_DROPPED_KEY] = int(dropped.sum())
         kind = slots[:, 1].astype(np.int8)
         self._mtia_syncs(kind, slots[:, 0], cols["name"])
         f = {c: col.array() for c, col in self.flows.items()}

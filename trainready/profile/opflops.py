@@ -3,14 +3,30 @@
 Needs a trace recorded with shapes (`record_shapes=True`, as `trainready profile` does). Counted
 ops (the leaf aten ops, so a `linear` -> `addmm` or `matmul` -> `mm` chain counts once):
 
-- `aten::mm` [M,K]x[K,N], `aten::addmm` (bias, [M,K], [K,N]): 2*M*N*K;
-  `aten::bmm` [B,M,K]x[B,K,N], `aten::baddbmm`: 2*B*M*N*K (trainready.probes.flops.linear_flops)
-- `aten::convolution` (input, weight, bias, stride, padding, dilation, transposed, output padding,
-  groups): 2 * N * C_out * prod(out spatial) * C_in/groups * prod(kernel); `convolution_backward`:
-  that once for the input gradient and once for the weight gradient, as its output mask says
+- `aten::mm` [M,K]x[K,N], `aten::addmm` (bias, [M,K], [K,N]), `aten::_scaled_mm` (fp8: [M,K]x
+  [K,N] with scales): 2*M*N*K; `aten::bmm` [B,M,K]x[B,K,N], `aten::baddbmm`: 2*B*M*N*K
+  (trainready.probes.flops.linear_flops); `aten::_grouped_mm` (MoE experts: [M,K] rows split
+  among G weights [G,K,N], or [G,M,K]x[G,K,N]): 2*M*N*K over all rows
+- `aten::convolution`, `aten::_convolution`, `aten::convolution_overrideable` (input, weight,
+  bias, stride, padding, dilation, transposed, output padding, groups) and
+  `aten::cudnn_convolution` (input, weight, padding, stride, dilation, groups):
+  2 * N * C_out * prod(out spatial) * C_in/groups * prod(kernel); `convolution_backward`: that
+  once for the input gradient and once for the weight gradient, as its output mask says
 - `aten::_scaled_dot_product_{flash,efficient,cudnn}_attention` and `..._flash_attention_for_cpu`
-  (q [B,H,L,E], k [B,H,S,E], v [B,H,S,Ev]; is_causal from the recorded scalars):
-  trainready.probes.flops.attention_flops, and twice that for their `_backward` ops.
+  (q [B,H,L,E], k [B,H,S,E], v [B,H,S,Ev]; is_causal from the recorded scalars), and the kernels
+  under them, `aten::_flash_attention_forward` and `aten::_efficient_attention_forward` (q
+  [B,L,H,E]; causal from is_causal, or custom_mask_type 1 or 2): attention_flops, and twice that
+  for their `_backward` ops.
+
+These are the ops torch.utils.flop_counter.FlopCounterMode counts (its registry, torch 2.13) but
+for the nested-tensor (varlen) attention forms, plus the CPU's flash attention and
+`_grouped_mm`, which it does not count. Two intended differences (tests/test_flops.py checks
+the formulas against FlopCounterMode's): causal attention counts the (query, key) pairs the mask
+keeps, what a kernel that skips masked blocks does, where FlopCounterMode counts the dense
+product; and an attention backward is twice its forward (no recompute of q @ k^T, PaLM's
+convention), where FlopCounterMode's fused-kernel backward formulas count 2.5 times. (Its
+`_flash_attention_*` / `_efficient_attention_*` formulas also read the kernels' [B, L, H, E] as
+[B, H, L, E]; these do not.)
 
 Time of an op: its device kernels (joined through the "External id" Kineto writes on the op and on
 the kernels it launched) where it launched any, else its own host duration (CPU execution).
@@ -58,6 +74,21 @@ def _mm(dims: list[Any], _: list[Any]) -> int | None:
 
 def _addmm(dims: list[Any], c: list[Any]) -> int | None:
     return _mm(dims[1:3], c)
+
+
+def _grouped_mm(dims: list[Any], _: list[Any]) -> int | None:
+    """2*M*N*K over every row: rows [M,K] split among G weights [G,K,N] by offsets (MoE), or
+    batched [G,M,K]x[G,K,N] (also [M,K]x[K,N_total] split along N, 2D x 2D)."""
+    a, b = dims[0], dims[1]
+    if len(a) == 2 and len(b) == 3:
+        return linear_flops(a[0], b[2], a[1])
+    if len(a) == 3 and len(b) == 3:
+        return a[0] * linear_flops(a[1], b[2], a[2])
+    if len(a) == 2 and len(b) == 2:
+        return linear_flops(a[0], b[1], a[1])
+    if len(a) == 3 and len(b) == 2:
+        return a[0] * linear_flops(a[1], b[1], a[2])
+    return None
 
 
 def _bmm(dims: list[Any], _: list[Any]) -> int | None:
@@ -108,6 +139,17 @@ def _conv(dims: list[Any], concrete: list[Any]) -> int | None:
     return None if macs is None else 2 * macs
 
 
+def _cudnn_conv(dims: list[Any], concrete: list[Any]) -> int | None:
+    # cudnn_convolution(input, weight, padding, stride, dilation, groups, benchmark, ...)
+    fwd = ["", "", "", _at(concrete, 3), _at(concrete, 2), _at(concrete, 4), "False", "",
+           _at(concrete, 5)]  # fmt: skip
+    return _conv([dims[0], dims[1]], fwd)
+
+
+def _at(concrete: list[Any], i: int) -> Any:
+    return concrete[i] if i < len(concrete) else ""
+
+
 def _conv_backward(dims: list[Any], concrete: list[Any]) -> int | None:
     # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
     #                      transposed, output_padding, groups, output_mask)
@@ -127,14 +169,35 @@ def _is_causal(concrete: list[Any], index: int) -> bool:
     return index < len(concrete) and str(concrete[index]).lower() == "true"
 
 
-def _sdpa(causal_arg: int, backward: bool) -> Callable[[list[Any], list[Any]], int | None]:
+def _mask_causal(concrete: list[Any], index: int) -> bool:
+    """The efficient-attention kernels' custom_mask_type: 1 (top-left) and 2 (bottom-right) are
+    causal. (Bottom-right keeps more pairs when queries are fewer than keys: counted as
+    top-left, the common case of equal lengths being exact.)"""
+    try:
+        return index < len(concrete) and int(str(concrete[index])) in (1, 2)
+    except ValueError:
+        return False
+
+
+def _sdpa(
+    causal_arg: int, backward: bool, heads_second: bool = True, mask_type: bool = False
+) -> Callable[[list[Any], list[Any]], int | None]:
+    """FLOPs of an attention op from q, k, v dims: [B, H, L, E] (`heads_second`) or the
+    kernels' [B, L, H, E]; causal from the is_causal scalar at `causal_arg`, or from the
+    custom_mask_type there (`mask_type`)."""
+
     def flops(dims: list[Any], concrete: list[Any]) -> int | None:
         q, k, v = (dims[i] for i in ((1, 2, 3) if backward else (0, 1, 2)))
         if len(q) != 4 or len(k) != 4 or len(v) != 4:
             return None
+        if not heads_second:
+            q, k, v = ([t[0], t[2], t[1], t[3]] for t in (q, k, v))
         fn = attention_backward_flops if backward else attention_flops
         args = (q[0], q[1], q[2], k[2], q[3], v[3])
-        return fn(*args, causal=_is_causal(concrete, causal_arg))
+        causal = (
+            _mask_causal(concrete, causal_arg) if mask_type else _is_causal(concrete, causal_arg)
+        )
+        return fn(*args, causal=causal)
 
     return flops
 
@@ -143,9 +206,14 @@ def _sdpa(causal_arg: int, backward: bool) -> Callable[[list[Any], list[Any]], i
 OPS: dict[str, Callable[[list[Any], list[Any]], int | None]] = {
     "aten::mm": _mm,
     "aten::addmm": _addmm,
+    "aten::_scaled_mm": _mm,
+    "aten::_grouped_mm": _grouped_mm,
     "aten::bmm": _bmm,
     "aten::baddbmm": _baddbmm,
     "aten::convolution": _conv,
+    "aten::_convolution": _conv,
+    "aten::convolution_overrideable": _conv,
+    "aten::cudnn_convolution": _cudnn_conv,
     "aten::convolution_backward": _conv_backward,
     "aten::_scaled_dot_product_flash_attention": _sdpa(4, False),
     "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa(4, False),
@@ -154,6 +222,11 @@ OPS: dict[str, Callable[[list[Any], list[Any]], int | None]] = {
     "aten::_scaled_dot_product_flash_attention_backward": _sdpa(9, True),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa(7, True),
     "aten::_scaled_dot_product_efficient_attention_backward": _sdpa(11, True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": _sdpa(14, True),
+    "aten::_flash_attention_forward": _sdpa(8, False, heads_second=False),
+    "aten::_flash_attention_backward": _sdpa(11, True, heads_second=False),
+    "aten::_efficient_attention_forward": _sdpa(9, False, heads_second=False, mask_type=True),
+    "aten::_efficient_attention_backward": _sdpa(14, True, heads_second=False, mask_type=True),
 }
 
 

@@ -11,33 +11,44 @@
     GET  /api/traces/ID/summary              step time, idle %, MFU, top kernels, overlap
     GET  /api/compare?a=ID&b=ID              step time and top-kernel deltas of two traces
 
-Security: it binds 127.0.0.1 unless told otherwise; on a loopback address it answers only requests
-whose Host names that address (no DNS rebinding), and takes uploads only from its own page (Origin /
-Sec-Fetch-Site). A trace id is a key of the listing, never a path: nothing outside the served files
-can be read. An upload needs a Content-Length within the limit (refused before reading the body),
-is validated by the trace loader (which refuses gzip bombs in bounded memory) before it is kept, and
-is linked into place under a fresh name, so it never replaces an existing file.
+Security: it binds 127.0.0.1 unless told otherwise, and answers only requests whose Host names it
+(no DNS rebinding): on a loopback address a loopback name, elsewhere this machine's name, an IP
+address, or a name given with `allow_hosts` (`--allow-host`). Bound beyond loopback it also
+requires a random access token, printed at start in the page's URL (`?token=`), which the page
+then keeps in a cookie; without it every request is refused. Uploads come only from its own page
+(Origin / Sec-Fetch-Site). A trace id is a key of the listing, never a path: nothing outside the
+served files can be read. An upload needs a Content-Length within the limit (refused before
+reading the body), is validated by the trace loader before it is kept -- its decompressed text
+capped at `UPLOAD_TEXT_FACTOR` times the upload limit, its compression ratio at the loader's
+100x -- and is linked into place under a fresh name, so it never replaces an existing file. Its
+part file is locked while written and parsed: one that no server holds (the server was killed) is
+removed when a server next starts or takes an upload. At most `loads` traces are parsed at once
+(a semaphore; the others wait, then get 503), so concurrent uploads cannot multiply the memory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
 import secrets
 import socket
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from trainready.core.lock import try_lock
 from trainready.profile.cache import TraceCache, default_dir
 from trainready.profile.trace import MiB, Trace, TraceError, load_trace
 from trainready.profile.viewport import (
@@ -51,7 +62,10 @@ from trainready.profile.viewport import (
 
 DEFAULT_MAX_UPLOAD_BYTES = 512 * MiB
 DEFAULT_MAX_TRACE_BYTES = 4096 * MiB  # decompressed JSON text of one trace
+UPLOAD_TEXT_FACTOR = 4  # an upload's decompressed text: at most this many times the upload limit
 DEFAULT_CACHE = 4  # traces kept loaded at once
+DEFAULT_LOADS = 2  # traces parsed at once (each takes a few times its text in memory)
+LOAD_WAIT_S = 60.0  # how long a request waits for a parsing slot before a 503
 TRACE_SUFFIXES = (".json", ".json.gz")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _STATIC = {
@@ -62,6 +76,13 @@ _STATIC = {
 }
 _CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_WILDCARD = ("0.0.0.0", "::", "")
+_PART_GLOB = ".upload-*.part"
+_NEW_GLOB = ".upload-*.new"
+_NEW_PART_AGE_S = 60.0
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")  # ASCII digits only ("²".isdigit() is True)
+_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
+_PORT = re.compile(r":[0-9]{1,5}")
 
 
 class ApiError(Exception):
@@ -120,6 +141,7 @@ class Library:
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         cache: int = DEFAULT_CACHE,
         parsed_cache: TraceCache | None | bool = True,
+        loads: int = DEFAULT_LOADS,
     ):
         if (files is None) == (directory is None):
             raise ValueError("give either files or a directory")
@@ -135,6 +157,37 @@ class Library:
         self._cache: OrderedDict[tuple, Loaded] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[tuple, threading.Lock] = {}
+        self._parsing_slots = threading.BoundedSemaphore(max(1, loads))
+        if self.directory is not None:
+            self.sweep_parts()
+
+    @property
+    def max_upload_text_bytes(self) -> int:
+        """The decompressed text an upload may hold: a small multiple of the upload limit."""
+        return min(self.max_trace_bytes, UPLOAD_TEXT_FACTOR * self.max_upload_bytes)
+
+    @contextlib.contextmanager
+    def _parsing(self) -> Iterator[None]:
+        """One of the few parsing slots, or a 503 when they stay busy."""
+        if not self._parsing_slots.acquire(timeout=LOAD_WAIT_S):
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, "busy parsing other traces; try again")
+        try:
+            yield
+        finally:
+            self._parsing_slots.release()
+
+    def sweep_parts(self) -> list[str]:
+        """Remove the part files of uploads whose server died: no one holds their lock (a part
+        not yet renamed from `.new`, a moment's state, only once it is a minute old)."""
+        removed = []
+        now = time.time()
+        for part in [*self.directory.glob(_PART_GLOB), *self.directory.glob(_NEW_GLOB)]:
+            with contextlib.suppress(OSError), open(part, "rb") as f:
+                young = now - os.fstat(f.fileno()).st_mtime < _NEW_PART_AGE_S
+                if not (part.suffix == ".new" and young) and try_lock(f):
+                    part.unlink()
+                    removed.append(part.name)
+        return removed
 
     @property
     def uploads(self) -> bool:
@@ -182,7 +235,8 @@ class Library:
                 if key in self._cache:
                     return self._cache[key]
             try:
-                loaded = Loaded(self._load(e.path))
+                with self._parsing():
+                    loaded = Loaded(self._load(e.path))
             except TraceError as err:
                 raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, _relative(str(err))) from None
             else:
@@ -214,9 +268,17 @@ class Library:
                 f"upload of {length} bytes is over the limit of {self.max_upload_bytes} bytes",
             )
         base = safe_name(name)
-        part = self.directory / f".upload-{secrets.token_hex(8)}.part"
-        try:
-            with open(part, "xb") as f:
+        self.sweep_parts()
+        token = secrets.token_hex(8)
+        # Made under a name the sweep ignores, locked, then renamed: every part file a sweep sees
+        # is locked by its live server from the start.
+        fresh = self.directory / f".upload-{token}.new"
+        part = self.directory / f".upload-{token}.part"
+        with open(fresh, "xb") as f:
+            try:
+                with contextlib.suppress(OSError):  # a file system without locks: none to take
+                    try_lock(f)
+                os.rename(fresh, part)
                 left = length
                 while left:
                     chunk = read(min(left, MiB))
@@ -224,18 +286,22 @@ class Library:
                         raise ApiError(HTTPStatus.BAD_REQUEST, "upload ended before its length")
                     f.write(chunk)
                     left -= len(chunk)
-            try:
-                trace = load_trace(part, max_bytes=self.max_trace_bytes)
-            except TraceError as err:
-                message = str(err).replace(str(part), base)
-                raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, message) from None
-            final = self._link_fresh(part, base)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                part.unlink()
+                f.flush()
+                with self._parsing():
+                    try:
+                        trace = load_trace(part, max_bytes=self.max_upload_text_bytes)
+                    except TraceError as err:
+                        message = str(err).replace(str(part), base)
+                        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, message) from None
+                    loaded = Loaded(trace)
+                final = self._link_fresh(part, base)
+            finally:
+                for leftover in (fresh, part):
+                    with contextlib.suppress(FileNotFoundError):
+                        leftover.unlink()
         st = final.stat()
         trace.path = str(final)
-        self._remember((str(final), st.st_size, st.st_mtime_ns), Loaded(trace))
+        self._remember((str(final), st.st_size, st.st_mtime_ns), loaded)
         return Entry(final.name, final, st.st_size, st.st_mtime_ns)
 
     def _link_fresh(self, part: Path, base: str) -> Path:
@@ -298,6 +364,7 @@ class Handler(BaseHTTPRequestHandler):
     timeout = 60  # seconds a connection may stall (e.g. an upload that stops sending)
     server_version = "trainready-explorer"
     sys_version = ""
+    _new_cookie: str | None = None  # the access token, to keep in the page's cookie
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         if self.server.verbose:
@@ -307,25 +374,59 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._dispatch(self._get)
 
+    def do_HEAD(self) -> None:  # GET's status and headers; _send writes no body for HEAD
+        self._dispatch(self._get)
+
     def do_POST(self) -> None:
         self._dispatch(self._post)
 
     def _dispatch(self, route: Callable[[str, dict[str, list[str]]], None]) -> None:
+        self._new_cookie = None
         try:
             self._check_host()
             url = urlsplit(self.path)
-            route(url.path, parse_qs(url.query))
+            query = parse_qs(url.query)
+            self._check_token(query)
+            route(url.path, query)
         except ApiError as e:
-            self._json({"error": str(e)}, e.status)
-        except ConnectionError:  # the page gave up on the request (it scrolled on): nobody to tell
+            self._error(str(e), e.status)
+        except (ConnectionError, TimeoutError):  # the client went away or stalled: nobody to tell
             self.close_connection = True
         except Exception as e:  # a bug must not kill the server; say what happened
-            self._json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
+            self._error(f"internal error: {type(e).__name__}: {e}", 500)
+
+    def _error(self, message: str, status: int) -> None:
+        try:
+            self._json({"error": message}, status)
+        except (ConnectionError, TimeoutError):  # e.g. an upload cut off: no one reads the reply
+            self.close_connection = True
 
     def _check_host(self) -> None:
-        allowed = self.server.allowed_hosts
-        if allowed is not None and self.headers.get("Host", "").lower() not in allowed:
+        if not self.server.host_allowed(self.headers.get("Host", "")):
             raise ApiError(HTTPStatus.FORBIDDEN, "unexpected Host header")
+
+    def _check_token(self, query: dict[str, list[str]]) -> None:
+        """Bound beyond loopback: the access token, from the URL (then kept in a cookie for the
+        page's own requests) or from that cookie."""
+        token = self.server.token
+        if token is None:
+            return
+        given = query.get("token", [""])[0]
+        if _same(given, token):
+            self._new_cookie = token
+            return
+        if not _same(self._cookie(self.server.cookie_name), token):
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "this server needs its access token: open the URL it printed at start",
+            )
+
+    def _cookie(self, name: str) -> str:
+        try:
+            morsel = SimpleCookie(self.headers.get("Cookie", "")).get(name)
+        except CookieError:
+            return ""
+        return morsel.value if morsel is not None else ""
 
     def _get(self, path: str, query: dict[str, list[str]]) -> None:
         if path in _STATIC:
@@ -397,7 +498,7 @@ class Handler(BaseHTTPRequestHandler):
         ):
             raise ApiError(HTTPStatus.FORBIDDEN, "uploads are accepted from this page only")
         raw_length = self.headers.get("Content-Length")
-        if raw_length is None or not raw_length.isdigit():
+        if raw_length is None or not _CONTENT_LENGTH.fullmatch(raw_length):
             raise ApiError(HTTPStatus.LENGTH_REQUIRED, "an upload needs a Content-Length")
         name = query.get("name", [""])[0]
         entry = self.server.library.add(name, self.rfile.read, int(raw_length))
@@ -424,6 +525,11 @@ class Handler(BaseHTTPRequestHandler):
             "Content-Security-Policy",
             "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'",
         )
+        if self._new_cookie:
+            self.send_header(
+                "Set-Cookie",
+                f"{self.server.cookie_name}={self._new_cookie}; Path=/; HttpOnly; SameSite=Strict",
+            )
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -431,29 +537,90 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+def _same(given: str, token: str) -> bool:
+    return bool(given) and secrets.compare_digest(given.encode(), token.encode())
+
+
+def host_name(header: str) -> str | None:
+    """The name in a Host header ('name', 'name:port', '[v6]:port'), lower-cased; None if it
+    is not one."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [v6] or [v6]:port
+        name, bracket, port = header[1:].partition("]")
+        ok = bracket and _is_ip(name) and (not port or _PORT.fullmatch(port))
+        return name if ok else None
+    if header.count(":") > 1:  # a bare IPv6 address
+        return header if _is_ip(header) else None
+    name, colon, port = header.partition(":")
+    if not _NAME.fullmatch(name) or (colon and not _PORT.fullmatch(":" + port)):
+        return None
+    return name
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class ExplorerServer(ThreadingHTTPServer):
+    """The explorer over HTTP. Bound to a loopback address it answers loopback Host names (and
+    `allow_hosts`); bound beyond, it also answers this machine's name and IP addresses, and every
+    request needs `token` (a random one unless given): see the module's Security note."""
+
     daemon_threads = True
 
     def __init__(
-        self, library: Library, host: str = "127.0.0.1", port: int = 0, verbose: bool = False
+        self,
+        library: Library,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        verbose: bool = False,
+        *,
+        token: str | None = None,
+        allow_hosts: Iterable[str] = (),
     ):
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.library = library
         self.verbose = verbose
-        port = self.server_address[1]
-        if host in _LOOPBACK:
-            names = ("127.0.0.1", "localhost", "[::1]")
-            self.allowed_hosts: set[str] | None = {f"{h}:{port}" for h in names}
-        else:
-            self.allowed_hosts = None  # told to listen beyond this machine: any Host
+        self.loopback = host in _LOOPBACK
+        self.token = token or (None if self.loopback else secrets.token_urlsafe(24))
+        self.cookie_name = f"trainready_token_{self.server_address[1]}"
+        names = {"127.0.0.1", "localhost", "::1"}
+        if not self.loopback:
+            names |= {socket.gethostname().lower()}
+            if host not in _WILDCARD:
+                names.add(host.lower())
+        for given in allow_hosts:
+            name = host_name(given)
+            if name is None:
+                raise ValueError(f"not a host name: {given!r}")
+            names.add(name)
+        self.allowed_names = frozenset(names)
+
+    def host_allowed(self, header: str) -> bool:
+        """A Host header this server answers: an allowed name, or off loopback any IP address
+        (a browser sends one only when the user typed it, so DNS rebinding cannot)."""
+        name = host_name(header)
+        if name is None:
+            return False
+        return name in self.allowed_names or (not self.loopback and _is_ip(name))
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        if host in _WILDCARD:
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        host = "[::1]" if host == "::1" else host
-        return f"http://{host}:{port}/"
+        """The page's URL, with the access token when one is needed."""
+        return self.base_url + (f"?token={quote(self.token)}" if self.token else "")
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (tests, benchmarks); stop with `close()`."""

@@ -6,8 +6,15 @@ innermost enclosing frame outside PyTorch, the standard library, site-packages a
 own capture (so a `model(x)` call in train.py maps to train.py, not to torch/nn/modules/...).
 
 The profiler's Python tracer records calls, not lines: a frame's line is where the function was
-entered (its `def`, or for a module-level frame the line running when profiling started). So ops
-map to the user *function* that issued them, written "path:line function".
+entered (its `def`), and a module-level frame's is only the line running when profiling started,
+which says nothing (a training loop at module level would all land on it). So "your code" ranks
+the user frame together with the call it made that led to the op — `train.py <module> →
+backward (torch/_tensor.py)`, `train.py:12 train_step → Linear_0 (nn.Module)` — which splits a
+loop into its steps. Wrapper frames (`_call_impl`, an optimizer's `wrapper`...) are looked
+through to the call they wrap.
+
+The tool's own frames (the capture that ran the script, runpy) are never the user's: they are
+neither user frames nor shown in an event's Python stack (`is_tool_frame`).
 """
 
 from __future__ import annotations
@@ -22,9 +29,19 @@ from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_PYTHON, KIN
 
 _FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 _INTERNAL = re.compile(
-    r"(^<)|(^torch/)|(/torch/)|(site-packages/)|(dist-packages/)|(^trainready/profile/)"
+    r"(^<)|(^torch/)|(/torch/)|(site-packages/)|(dist-packages/)|((^|/)trainready/profile/)"
     r"|(/lib/python3\.\d+/)|(^threading\.py$)|(^runpy\.py$)"
 )
+# The frames trainready profile itself adds above the user's script: its capture, and runpy
+# running the script as __main__ (a path, or "<frozen runpy>").
+_TOOL = re.compile(r"^((.*/)?trainready/profile/capture\.py|(.*/)?runpy\.py|<frozen runpy>)\(")
+# Frames that only pass a call on: the call they wrap names it better.
+_WRAPPERS = frozenset(
+    {"_wrapped_call_impl", "_call_impl", "wrapper", "_use_grad", "inner", "_fn",
+     "decorate_context", "__call__", "<lambda>"}
+)  # fmt: skip
+_CALL_DEPTH = 4  # frames below a user frame looked through for a call that is not a wrapper
+_BUILTIN = re.compile(r"^<built-in (?:method|function) (\w+)")
 
 
 def parse_frame(name: str) -> tuple[str, int, str] | None:
@@ -35,6 +52,88 @@ def parse_frame(name: str) -> tuple[str, int, str] | None:
 
 def is_user_frame(path: str) -> bool:
     return _INTERNAL.search(path) is None
+
+
+def is_tool_frame(name: str) -> bool:
+    """A python_function event of trainready's own capture or of runpy, not the user's."""
+    return _TOOL.match(name) is not None
+
+
+def _frame_label(path: str, line: int, func: str) -> str:
+    # A module-level frame's line is where profiling started: not worth printing.
+    return f"{path} {func}" if func == "<module>" else f"{path}:{line} {func}"
+
+
+def call_name(name: str) -> str | None:
+    """How a call reads: 'backward (torch/_tensor.py)', 'Linear_0 (nn.Module)', 'pow
+    (built-in)'; None for a wrapper that only passes the call on."""
+    if name.startswith("nn.Module: "):
+        return f"{name.removeprefix('nn.Module: ')} (nn.Module)"
+    frame = parse_frame(name)
+    if frame is not None:
+        path, _, func = frame
+        if func in _WRAPPERS:
+            return None
+        short = path.split("site-packages/")[-1].split("dist-packages/")[-1]
+        return f"{func} ({short})"
+    builtin = _BUILTIN.match(name)
+    return f"{builtin[1]} (built-in)" if builtin else name
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For frames sorted by start (the longer first on a tie): each one's innermost enclosing
+    frame, -1 if none (the nearest earlier frame that ends no earlier)."""
+    out = np.full(starts.size, -1, dtype=np.int64)
+    stack: list[int] = []
+    ends_list = ends.tolist()
+    for j, end in enumerate(ends_list):
+        while stack and ends_list[stack[-1]] < end:
+            stack.pop()
+        if stack:
+            out[j] = stack[-1]
+        stack.append(j)
+    return out
+
+
+def user_calls(trace: Trace, rows: np.ndarray) -> list[str | None]:
+    """For each given host row: its innermost enclosing user frame and the call that frame made
+    towards the row, "path:line function → call" ("path <module> → call" at module level);
+    None where no user frame encloses it, or where the tool's own frames issued it (the
+    capture's hook on the optimizer step that advances the profiler)."""
+    py_all = np.flatnonzero(trace.kind == KIND_PYTHON)
+    labels: list[str | None] = [None] * rows.size
+    names = trace.strings
+    for track in np.unique(trace.track[rows]).tolist():
+        frames = py_all[trace.track[py_all] == track]
+        frames = frames[np.lexsort((-trace.dur[frames], trace.ts[frames]))]
+        on = np.flatnonzero(trace.track[rows] == track)
+        if not frames.size:
+            continue
+        frame_names = [names[i] for i in trace.name[frames].tolist()]
+        parsed = [parse_frame(n) for n in frame_names]
+        user = np.array([f is not None and is_user_frame(f[0]) for f in parsed], dtype=bool)
+        tool = np.array([is_tool_frame(n) for n in frame_names], dtype=bool)
+        parent = _parents(trace.ts[frames], trace.end[frames])
+        cur = intervals.enclosing(trace.ts[frames], trace.end[frames], trace.ts[rows[on]])
+        below = np.full((on.size, _CALL_DEPTH), -1, dtype=np.int64)  # nearest the user frame first
+        in_tool = np.zeros(on.size, dtype=bool)  # issued by the tool (the profiler's own hook)
+        live = np.flatnonzero(cur >= 0)
+        live = live[~user[cur[live]]]
+        while live.size:  # up the chain to the user frame, one level per pass, all rows at once
+            in_tool[live] |= tool[cur[live]]
+            below[live, 1:] = below[live, :-1]
+            below[live, 0] = cur[live]
+            cur[live] = parent[cur[live]]
+            live = live[cur[live] >= 0]
+            live = live[~user[cur[live]]]
+        cur[in_tool] = -1
+        for k, (frame, calls) in enumerate(zip(cur.tolist(), below.tolist(), strict=True)):
+            if frame < 0:
+                continue
+            path, line, func = parsed[frame]
+            call = next((c for i in calls if i >= 0 and (c := call_name(frame_names[i]))), None)
+            labels[on[k]] = _frame_label(path, line, func) + (f" → {call}" if call else "")
+    return labels
 
 
 def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
@@ -59,8 +158,8 @@ def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
 
 
 def time_by_line(trace: Trace, top: int = 15) -> list[dict[str, Any]]:
-    """User source lines ranked by the device time of the kernels their ops launched (host time
-    of top-level ops where nothing ran on a device)."""
+    """User frames and the calls they made (`user_calls`), ranked by the device time of the
+    kernels their ops launched (host time of top-level ops where nothing ran on a device)."""
     run = np.flatnonzero((trace.kind == KIND_RUNTIME) & (trace.correlation >= 0))
     dev = np.flatnonzero(trace.of_kind(*DEVICE_KINDS) & (trace.correlation >= 0))
     if run.size and dev.size:
@@ -74,7 +173,7 @@ def time_by_line(trace: Trace, top: int = 15) -> list[dict[str, Any]]:
         rows = np.flatnonzero(trace.kind == KIND_CPU_OP)
         rows, what = _top_level(trace, rows), "host"
         weights = trace.dur[rows].astype(np.float64)
-    lines = user_frames(trace, rows)
+    lines = user_calls(trace, rows)
     agg: dict[str, list[float]] = {}
     for line, w in zip(lines, weights.tolist(), strict=True):
         if line is not None:

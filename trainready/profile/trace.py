@@ -40,8 +40,12 @@ keys of the file other than traceEvents: deviceProperties, distributedInfo, ...)
 Loading streams the (optionally gzipped: ISA-L's inflate when `isal` is installed, else zlib)
 file in chunks, decodes ~256 KiB of events at a time (small batches stay in the CPU's cache) and
 keeps only the columns, so peak memory is the columns plus one batch. A gzip bomb is refused once
-the decompressed size passes `max_bytes` or the compression ratio passes `max_ratio`. Corrupt,
-truncated or non-trace JSON raises `TraceError` with one line naming the file and the problem.
+the decompressed size passes `max_bytes` or, past the first MiB, the compression ratio passes
+`max_ratio` (100: real Kineto traces gzip 8-30x, repeated valid events about 340x). Corrupt,
+truncated or non-trace JSON raises `TraceError` with one line naming the file and the problem; so
+does hostile JSON that decodes: nesting deeper than Python's recursion allows (or a kept value --
+metadata, shapes -- deeper than `MAX_JSON_DEPTH`), a time that is not a finite number of us within
+int64 ns, a negative duration, an event that ends past the int64 range.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from __future__ import annotations
 import codecs
 import gc
 import json
+import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -64,11 +69,12 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 DEFAULT_MAX_BYTES = 16 * GiB  # decompressed JSON text
-DEFAULT_MAX_RATIO = 500  # decompressed / compressed; real Kineto traces gzip 8-30x
-_RATIO_GRACE_BYTES = 64 * MiB  # below this, any ratio is fine (small files of whitespace)
+DEFAULT_MAX_RATIO = 100  # decompressed / compressed; real Kineto traces gzip 8-30x
+_RATIO_GRACE_BYTES = 1 * MiB  # below this, any ratio is fine (a small file of whitespace)
+MAX_JSON_DEPTH = 64  # nesting of a JSON value the trace keeps (metadata, shapes); Kineto's: < 5
 _CHUNK_BYTES = 256 << 10
 _LOOKAHEAD_CHARS = 64 << 10  # keep at least this much undecoded text buffered past a batch
-_MAX_VALUE_CHARS = 256 * MiB  # one JSON value (event or metadata) larger than this is refused
+_MAX_VALUE_CHARS = 64 * MiB  # one JSON value (event or metadata) larger than this is refused
 
 # -- event kinds -----------------------------------------------------------------------------------
 KIND_OTHER = 0
@@ -281,9 +287,11 @@ class Trace:
 
     def device_name(self, device: int = 0) -> str | None:
         """The device's name from the trace's deviceProperties (e.g. 'NVIDIA A100-SXM4-80GB')."""
-        for props in self.meta.get("deviceProperties") or []:
+        found = self.meta.get("deviceProperties")
+        for props in found if isinstance(found, list) else []:
             if isinstance(props, dict) and props.get("id") == device:
-                return props.get("name")
+                name = props.get("name")
+                return name if isinstance(name, str) else None
         return None
 
     def event(self, row: int) -> dict[str, Any]:
@@ -323,10 +331,28 @@ def _ns(value: Any) -> int:
             if len(frac) > 3 and frac[3] >= "5":
                 ns += 1
             return sign * ns
-        return round(float(value) * 1000)
+        return _float_ns(float(value), value)
     if isinstance(value, float):
-        return round(value * 1000)
+        return _float_ns(value, value)
     raise ValueError(f"not a time: {value!r}")
+
+
+def _float_ns(us: float, text: Any) -> int:
+    """Microseconds written with an exponent (or as a float) -> ns; ValueError unless finite."""
+    if not math.isfinite(us):
+        raise ValueError(f"time out of range: {text!r}")
+    return round(us * 1000)
+
+
+def json_depth(value: Any) -> int:
+    """How deeply a decoded JSON value nests (0 for a scalar), without recursion."""
+    depth, stack = 0, [(value, 1)] if type(value) in (dict, list) else []
+    while stack:
+        item, level = stack.pop()
+        depth = max(depth, level)
+        children = item.values() if type(item) is dict else item
+        stack.extend((c, level + 1) for c in children if type(c) in (dict, list))
+    return depth
 
 
 def _int(value: Any) -> int:
@@ -610,6 +636,8 @@ def load_trace(
     gc.disable()
     try:
         return _load(path, rank, max_bytes, max_ratio)
+    except RecursionError:  # json's scanner, msgspec, repr: each stops at the recursion limit
+        raise TraceError(f"{path}: JSON nested too deeply; not a profiler trace") from None
     finally:
         if collecting:
             gc.enable()
@@ -618,7 +646,8 @@ def load_trace(
 def _load(path: Path, rank: int | None, max_bytes: int, max_ratio: float) -> Trace:
     reader = _Reader(path, max_bytes, max_ratio)
     text = _Text(reader)
-    decoder = json.JSONDecoder(parse_float=str)  # keep decimals exact; times parsed later
+    # Keep decimals exact (times are parsed later); NaN and Infinity, which are not JSON, as text.
+    decoder = json.JSONDecoder(parse_float=str, parse_constant=str)
     scan = json.scanner.make_scanner(decoder)
     from trainready.profile.columns import Builder  # columns builds on this module
 
@@ -648,6 +677,8 @@ def _load(path: Path, rank: int | None, max_bytes: int, max_ratio: float) -> Tra
                             _add(builder, batch, text)
                     else:
                         meta[key] = _value(text, scan)
+                        if json_depth(meta[key]) > MAX_JSON_DEPTH:
+                            text.fail(f"metadata {key!r} nested over {MAX_JSON_DEPTH} levels deep")
                     sep = text.peek()
                     text.pos += 1
                     if sep == b"}":
@@ -665,14 +696,29 @@ def _load(path: Path, rank: int | None, max_bytes: int, max_ratio: float) -> Tra
         reader.close()
     if not found_events:
         raise TraceError(f"{path}: JSON without 'traceEvents'; not a profiler trace")
-    try:
+    try:  # begin/end pairs and instants are converted after the stream
         trace = builder.finish(path, meta, _rank_of(meta, 0) if rank is None else rank)
-        trace.text_bytes = reader.total
-        return trace
-    except (ValueError, TypeError) as e:  # some times are converted after the stream
+    except (KeyError, ValueError, TypeError) as e:
+        raise TraceError(f"{path}: malformed trace event ({type(e).__name__}: {e})") from None
+    check_times(path, trace)
+    trace.text_bytes = reader.total
+    return trace
+
+
+_LATEST = np.iinfo(np.int64).max
+
+
+def check_times(path: Path, trace: Trace) -> None:
+    """Refuse what no profiler writes and every analysis would misstate: a negative duration
+    (idle over 100 %), or an event whose end does not fit int64 ns."""
+    bad = np.flatnonzero((trace.dur < 0) | (trace.ts > _LATEST - np.maximum(trace.dur, 0)))
+    if bad.size:
+        row = int(bad[0])
+        what = "a negative duration" if trace.dur[row] < 0 else "an end past the int64 ns range"
         raise TraceError(
-            f"{path}: malformed trace event: a time that is not a number ({e})"
-        ) from None
+            f"{path}: event {trace.strings[trace.name[row]][:80]!r} at ts {trace.ts[row] / 1000:g} us "
+            f"has {what} (dur {trace.dur[row] / 1000:g} us); not a valid trace"
+        )
 
 
 def _add(builder: Any, batch: list[Any], text: _Text) -> None:

@@ -91,7 +91,9 @@ def _lanes(unit: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of every event, given events sorted by (row, start, longest first): the
     number of earlier events of its row still running when it starts (clipped to MAX_LANES)."""
     lane = np.zeros(len(unit), dtype=np.int16)
-    starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]]) if len(unit) else []
+    if not len(unit):  # an empty trace: no rows
+        return lane
+    starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
     for a, b in zip(starts, np.r_[starts[1:], len(unit)], strict=True):
         ended = np.searchsorted(np.sort(end[a:b]), ts[a:b], side="right")
         lane[a:b] = np.clip(np.arange(b - a) - ended, 0, MAX_LANES - 1)
@@ -358,7 +360,8 @@ class Viewport:
 
     def python_stack(self, event: int) -> list[str]:
         """Names of the python_function events enclosing an event on its thread, outermost first
-        (e.g. `model.py(42): forward`): the source lines of a trace taken with `with_stack=True`."""
+        (e.g. `model.py(42): forward`): the source lines of a trace taken with `with_stack=True`.
+        The frames `trainready profile` itself added (its capture, runpy) are left out."""
         p = int(self.position[event])
         out = []
         for lane, a, b in self.segments[int(self.unit[p])]:
@@ -366,7 +369,9 @@ class Viewport:
                 break
             i = a + int(np.searchsorted(self.start[a:b], self.start[p], side="right")) - 1
             if i >= a and self._kind[i] == KIND_PYTHON and self.stop[i] >= self.stop[p]:
-                out.append(self.trace.strings[int(self._name[i])])
+                name = self.trace.strings[int(self._name[i])]
+                if not source.is_tool_frame(name):
+                    out.append(name)
         return out
 
     # -- memory counter ----------------------------------------------------------------------------
