@@ -38,7 +38,10 @@ class TinyLM(nn.Module):
 
 class _SkewedLinear(torch.autograd.Function):
     """y = x W^T + b, whose backward returns the weight gradient 2% too large below float64: a
-    low-precision kernel bug that the float64 reference does not share."""
+    low-precision kernel bug that the float64 reference does not share. Under autocast the
+    forward's product runs in the autocast dtype (as F.linear's); the backward, which autocast
+    does not cover, casts what it multiplies to the gradient's dtype and returns each gradient
+    in its input's dtype."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):  # noqa: ANN001
@@ -48,10 +51,12 @@ class _SkewedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001
         x, weight = ctx.saved_tensors
-        grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_w = rows.t() @ x.reshape(-1, x.shape[-1]).to(grad.dtype)
         if grad_w.dtype != torch.float64:
             grad_w = grad_w * 1.02
-        return grad @ weight, grad_w, grad.reshape(-1, grad.shape[-1]).sum(0)
+        grad_x = (grad @ weight.to(grad.dtype)).to(x.dtype)
+        return grad_x, grad_w.to(weight.dtype), rows.sum(0).to(weight.dtype)
 
 
 class WrongBackward(TinyLM):

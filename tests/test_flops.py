@@ -135,3 +135,134 @@ def test_mfu():
     assert mfu(1e9, 1e3, 4e12) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="peak_flops"):
         mfu(1e9, 1e3, 0.0)
+
+
+# --- every formula against torch.utils.flop_counter.FlopCounterMode ----------------------------
+#
+# The intended differences, each asserted exactly where it applies:
+# - 6 * N counts every parameter (TorchTitan's N): norm weights and biases are no matmul, so the
+#   formula exceeds the counted matmuls by 6 * (norm parameters) per token;
+# - causal attention: `attention_flops(causal=True)` counts the (query, key) pairs the mask keeps
+#   (what a kernel that skips masked blocks does); FlopCounterMode counts the dense product, as
+#   the per-token formula 12 * L * H * Q * T does (by convention, with no causal discount);
+# - flex: a case's `gflop` is the dense work times the share of blocks its block mask keeps;
+#   FlopCounterMode's flex formula is dense (less a sparsity hint only compiled graphs carry);
+# - attention backward: ours is 2x the forward (dV, dP, dQ, dK: no recompute, PaLM's convention);
+#   FlopCounterMode's fused-kernel backward formulas add the recompute of q @ k^T (2.5x) -- with
+#   SDPA's math path, whose backward reuses the saved scores, the counter agrees with ours;
+# - FlopCounterMode has no formula for the CPU's flash attention or for `_grouped_mm` (the
+#   routed MoE's expert GEMMs): the train model is counted with SDPA's math path (bmm's), and
+#   `_grouped_mm` is given the trace analyser's formula.
+
+
+def _counted(fn, custom=None) -> tuple[int, dict[str, int]]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False, custom_mapping=custom or {}) as fc:
+        fn()
+    return fc.get_total_flops(), {str(k): v for k, v in fc.get_flop_counts()["Global"].items()}
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dX", "dW"])
+def test_matmul_suite_gemm_flops_equal_flop_counter(pass_):
+    from trainready.suites import matmul
+
+    m, n, k = 8, 48, 32
+    first, second = matmul.operands(pass_, m, n, k, torch.float32, "cpu")
+    counted, by_op = _counted(lambda: matmul.product(pass_, first, second))
+    assert counted == matmul.GEMMS[pass_].flops(m, n, k) == 2 * m * n * k
+    assert set(by_op) == {"aten.mm"}
+
+
+def _grouped_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:  # noqa: ANN001
+    from trainready.profile.opflops import op_flops
+
+    return op_flops("aten::_grouped_mm", [list(a_shape), list(b_shape)], [])
+
+
+def _train_step_flops(size: str, batch: int, seq: int):
+    """(counted FLOPs of one fwd+bwd of the train suite's model, its formula, norm params)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
+
+    cfg = qwen3_config(size)
+    model = Qwen3(cfg)
+    model.init_weights(0)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        with sdpa_kernel(SDPBackend.MATH):  # attention as bmm's, which the counter counts
+            logits = model(ids)
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+
+    counted, by_op = _counted(step, {torch.ops.aten._grouped_mm: _grouped_mm_flop})
+    # As the train suite computes it (trainready/training.py): N without the input embedding
+    # unless tied, MoE experts at top_k / num_experts.
+    params = num_params(model, exclude_embedding=True, active=True)
+    formula = (
+        training_flops_per_token(params, cfg.num_layers, cfg.num_heads, cfg.head_dim, seq)
+        * batch
+        * seq
+    )
+    norms = sum(p.numel() for p in model.parameters() if p.ndim == 1)
+    return counted, by_op, formula, norms
+
+
+def test_train_model_flops_equal_flop_counter_but_for_the_norm_weights():
+    batch, seq = 2, 64
+    counted, by_op, formula, norms = _train_step_flops("debug", batch, seq)
+    assert formula - counted == 6 * norms * batch * seq  # exactly: the only difference
+    assert set(by_op) == {"aten.mm", "aten.bmm"}
+
+
+def test_train_moe_model_flops_count_the_active_experts():
+    """Routed experts run k of E per token, as 6 * N counts them (at top_k / num_experts); the
+    rest agrees but for the norms and the router's top-k bookkeeping on k weights per token."""
+    batch, seq = 2, 64
+    counted, _, formula, norms = _train_step_flops("debug-moe", batch, seq)
+    assert formula - counted == pytest.approx(6 * norms * batch * seq, abs=1e-3 * formula)
+
+
+def test_attention_flops_equal_flop_counter_dense_and_discount_the_causal_mask():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h, s, d = 2, 4, 32, 16
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    k = torch.randn(b, h, s, d, requires_grad=True)
+    v = torch.randn(b, h, s, d, requires_grad=True)
+    for causal in (False, True):
+
+        def fwd_bwd(causal=causal):
+            with sdpa_kernel(SDPBackend.MATH):
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            out.sum().backward()
+
+        counted, _ = _counted(fwd_bwd)
+        dense = attention_flops(b, h, s, s, d) + attention_backward_flops(b, h, s, s, d)
+        assert counted == dense  # the counter never discounts the mask
+        ours = attention_flops(b, h, s, s, d, causal=causal)
+        ours += attention_backward_flops(b, h, s, s, d, causal=causal)
+        kept = s * (s + 1) // 2
+        assert ours == (dense if not causal else dense * kept // (s * s))
+
+
+def test_flex_flops_equal_flop_counter_dense_and_discount_the_kept_blocks():
+    from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
+    from torch.utils.flop_counter import flop_registry
+
+    from trainready.suites import flex
+    from trainready.suites.flex_variants import Shape
+
+    shape = Shape(B=2, Hq=4, Hkv=4, S=256, D=32)
+    q = torch.empty(shape.B, shape.Hq, shape.S, shape.D, device="meta")
+    k = v = torch.empty(shape.B, shape.Hkv, shape.S, shape.D, device="meta")
+    fwd = flop_registry[flex_attention](q, k, v)
+    bwd = flop_registry[flex_attention_backward](q, k, v, q, None, q)
+    work, dense = flex._flops(shape, "fwd", 1.0)
+    assert dense == work == fwd
+    work, dense = flex._flops(shape, "fwd_bwd", 0.25)
+    # The backward: the counter's five GEMMs recompute q @ k^T (2.5x the forward); ours, as
+    # PaLM's convention and the flex suite's docs, count the backward without it (2x).
+    assert bwd == 2.5 * fwd and dense == 3 * fwd
+    assert dense == fwd + bwd - 0.5 * fwd and work == 0.25 * dense  # the kept blocks' share

@@ -105,12 +105,53 @@ def test_execute_tiny_case_passes(pass_):
     assert out.diagnostics["peak_source"] == "measured"
 
 
-def test_execute_checks_a_subset_of_a_large_output():
-    # 200 x 96 outputs: the check samples CHECK_SIZE rows and columns, not all of them.
+def test_execute_checks_edges_corners_and_an_interior_sample_of_a_large_output():
+    # 200 x 96 outputs: the check samples CHECK_SIZE rows and columns -- the first and last EDGE
+    # of each, and INTERIOR random ones -- and judges the nine regions apart.
     out = matmul.execute(_tiny("fwd", m=200, n=96, k=48), _ctx())
+    assert out.status == "pass", out.diagnostics
+    size = matmul.CHECK_SIZE
+    assert out.diagnostics["check"].startswith(f"{size}x{size} of 200x96 entries")
+    assert "rows top 16, interior 32, bottom 16" in out.diagnostics["check"]
+    sample = out.diagnostics["sample"]
+    assert sample["rows"] == sample["cols"] == {"top": 16, "interior": 32, "bottom": 16} or (
+        sample["cols"] == {"left": 16, "interior": 32, "right": 16}
+    )
+    assert set(sample["regions"]) == {
+        "top-left corner", "top edge", "top-right corner", "left edge", "interior",
+        "right edge", "bottom-left corner", "bottom edge", "bottom-right corner",
+    }  # fmt: skip
+    assert all(r < 1 for r in sample["regions"].values())
+
+
+def test_a_small_dimension_is_checked_whole():
+    out = matmul.execute(_tiny("fwd", m=8, n=200, k=32), _ctx())
     assert out.status == "pass"
-    assert out.diagnostics["check"].startswith(f"{matmul.CHECK_SIZE}x{matmul.CHECK_SIZE} of 200x96")
-    assert out.diagnostics["numerics"]["numel"] == matmul.CHECK_SIZE**2
+    assert out.diagnostics["sample"]["rows"] == {"all": 8}
+    assert set(out.diagnostics["sample"]["regions"]) == {"left edge", "interior", "right edge"}
+
+
+@pytest.mark.parametrize(("rows", "cols", "region"), [
+    (slice(-8, None), slice(-8, None), "bottom-right corner"),  # a remainder tile
+    (slice(0, 4), slice(16, 80), "top edge"),  # the first rows of every interior tile
+])  # fmt: skip
+def test_an_error_confined_to_an_edge_tile_fails_naming_the_region(monkeypatch, rows, cols, region):
+    """A kernel wrong only in its last, partial tile: 2% off there, right everywhere else. The
+    old check recomputed one random 64x64 subset and averaged over it; each region is judged on
+    its own now."""
+    real = matmul.product
+
+    def edge_bug(pass_, first, second):
+        y = real(pass_, first, second).clone()
+        y[rows, cols] *= 1.02
+        return y
+
+    monkeypatch.setattr(matmul, "product", edge_bug)
+    out = matmul.execute(_tiny("fwd", dtype="fp32", m=200, n=96, k=48), _ctx(dtype="fp32"))
+    assert out.status == "fail_numerics"
+    assert out.diagnostics["numerics"]["region"] == region
+    assert out.diagnostics["sample"]["regions"][region] > 1
+    assert out.diagnostics["sample"]["regions"]["interior"] < 1
 
 
 def test_execute_without_a_peak_reports_no_mfu():

@@ -158,3 +158,130 @@ def test_loss_curve_within_tolerance_and_nonfinite_and_short():
     assert nan["first_diverging_step"] == 1 and nan["max_rel_dev"] == math.inf
     short = loss_curve_compare(ref, [2.0, 1.5], rel_tol=1e-3)
     assert not short["ok"] and short["first_diverging_step"] == 2
+
+
+# --- the rule: measured noise, a relative floor --------------------------------------------------
+
+from trainready.probes.numerics import (  # noqa: E402 - the new rule's half of this module
+    ALLOWANCE,
+    CURVE_ALLOWANCE,
+    CURVE_FLOOR,
+    SMALL_NUMEL,
+    UNIT_ROUNDOFF,
+    curve_noise,
+    curve_tolerance,
+    judge,
+    judge_many,
+    noise_rmse,
+    sampling,
+    spread_noise,
+)
+
+
+def test_judge_allows_twice_the_measured_noise_plus_one_rounding(matmul64):
+    a, b, ref = matmul64
+    honest = _bf16_matmul(a, b)
+    noise = noise_rmse(ref, honest)
+    v = judge(ref, honest, noise, "bf16")
+    assert v.ok and v.rule == "noise_vs_cpu"
+    widen = sampling(ref.numel())
+    assert v.threshold == pytest.approx(
+        ALLOWANCE["bf16"] * widen * noise + UNIT_ROUNDOFF["bf16"] * v.errors["ref_rms"]
+    )
+    assert 1.0 < widen < 1.1 and sampling(64) == pytest.approx(1.55, abs=0.01)
+    # A 2% scale error is 2% of the rms; bf16's noise on this product is well under 1%.
+    assert not judge(ref, (honest.double() * 1.02).bfloat16(), noise, "bf16").ok
+
+
+def test_no_allclose_shortcut_a_one_percent_error_everywhere_fails_in_fp32(matmul64):
+    """bf16's elementwise rtol (1.6e-2) passed a 1% error in every entry; fp32's atol (1e-5)
+    passed anything in a tensor of rms 1e-5. Both are measured against the noise now."""
+    _, _, ref = matmul64
+    small = ref * 1e-5
+    assert compare(small, (small * 1.01).float(), dtype="fp32").ok  # the legacy rule
+    assert not judge(small, (small * 1.01).float(), noise_rmse(small, small.float()), "fp32").ok
+
+
+def test_small_tensors_take_at_least_the_pooled_relative_noise():
+    big = torch.linspace(-1, 1, 4096, dtype=torch.float64)
+    loss = torch.tensor(2.0, dtype=torch.float64)
+    named = {
+        "grad": (big, big * (1 + 5e-3), 5e-3 * big.square().mean().sqrt().item()),
+        # A scalar's own "noise" from one pair of runs can be ~0 by chance: pooled instead.
+        "loss": (loss, loss * (1 + 5e-3), 0.0),
+    }
+    ok, _, verdicts = judge_many(named, "bf16")
+    assert ok and verdicts["loss"].errors["noise_pooled"] is True
+    assert loss.numel() < SMALL_NUMEL
+    assert verdicts["loss"].errors["noise_rmse"] == pytest.approx(2.0 * 5e-3, rel=1e-6)
+
+
+def test_spread_noise_cancels_what_two_runs_share():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(10000, dtype=torch.float64, generator=g)
+    bias = 0.05 * ref  # a systematic error both runs make
+    first = ref + bias + 1e-3 * torch.randn(10000, dtype=torch.float64, generator=g)
+    second = ref + bias + 1e-3 * torch.randn(10000, dtype=torch.float64, generator=g)
+    assert spread_noise(ref, first, second, kappa2=1.0) == pytest.approx(1e-3, rel=0.05)
+    assert noise_rmse(ref, first) > 0.04  # while each run's own distance holds the bias
+
+
+def test_noise_of_a_baseline_that_overflowed_is_infinite():
+    ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert noise_rmse(ref, torch.tensor([1.0, float("inf")])) == math.inf
+    assert spread_noise(ref, ref, torch.tensor([float("nan"), 2.0]), 2.0) == math.inf
+
+
+def test_curve_tolerance_is_three_times_the_largest_honest_deviation():
+    ref = [4.0, 3.0, 2.0]
+    noise = curve_noise(ref, [4.0, 3.0003, 2.0001])
+    assert noise == pytest.approx([0.0, 1e-4, 5e-5])
+    assert curve_tolerance(noise) == pytest.approx(CURVE_ALLOWANCE * 1e-4 + CURVE_FLOOR)
+    assert curve_tolerance(curve_noise(ref, [4.0, float("nan")])) == math.inf
+    assert curve_tolerance([0.0, 0.0]) == CURVE_FLOOR
+
+
+# --- the CPU's own baseline: independent rounding -------------------------------------------------
+
+
+def _chain(x: torch.Tensor, ws: list[torch.Tensor]) -> torch.Tensor:
+    for w in ws:
+        x = torch.nn.functional.gelu(x @ w)
+    return x
+
+
+@pytest.mark.parametrize(("dtype", "kappa2"), [("bf16", 2.0), ("fp32", 1.0)])
+def test_independent_rounding_has_the_plain_runs_noise_times_kappa(dtype, kappa2):
+    """A chain of GEMMs and GELUs: the independently rounded run is as far from float64 as the
+    plain run times sqrt(KAPPA2), and its disagreement with the plain run is sqrt(1 + KAPPA2)
+    times the plain run's own error (independent errors)."""
+    from trainready.device import torch_dtype
+    from trainready.probes.perturb import KAPPA2, IndependentRounding
+
+    assert KAPPA2[dtype] == kappa2
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, dtype=torch.float64, generator=g)
+    ws = [torch.randn(256, 256, dtype=torch.float64, generator=g) / 16 for _ in range(4)]
+    ref = _chain(x, ws)
+    low = torch_dtype(dtype)
+    plain = _chain(x.to(low), [w.to(low) for w in ws]).double()
+    with IndependentRounding(dtype, seed=1) as mode:
+        other = _chain(x.to(low), [w.to(low) for w in ws]).double()
+    assert mode.counts["gemm"] == 4
+    assert mode.counts["recomputed"] >= 4 if dtype == "bf16" else mode.counts["recomputed"] == 0
+    e_plain, e_other = noise_rmse(ref, plain), noise_rmse(ref, other)
+    assert e_other / e_plain == pytest.approx(math.sqrt(kappa2), rel=0.15)
+    assert noise_rmse(plain, other) / e_plain == pytest.approx(math.sqrt(1 + kappa2), rel=0.15)
+
+
+def test_stochastic_rounding_to_bf16_is_unbiased_and_exact_on_bf16_values():
+    from trainready.probes.perturb import _stochastic
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.full((100000,), 1.0 + 2.0**-9, dtype=torch.float32)  # a quarter ulp above 1
+    rounded = _stochastic(x, torch.bfloat16, g).float()
+    assert set(rounded.unique().tolist()) == {1.0, 1.0 + 2.0**-7}
+    assert rounded.double().mean().item() == pytest.approx(1.0 + 2.0**-9, abs=5e-5)  # 5 sigma
+    exact = torch.tensor([1.5, -3.0, float("inf")], dtype=torch.float32)
+    assert torch.equal(_stochastic(exact, torch.bfloat16, g).float(), exact)
+    assert _stochastic(torch.tensor([1.0 + 2.0**-12]), torch.float16, g).dtype == torch.float16

@@ -69,6 +69,7 @@ def test_traits_read_from_real_configs(model_type, expected):
     assert {k: traits[k] for k in expected} == expected
 
 
+@pytest.mark.slow
 def test_a_tiny_model_builds_and_trains_a_step():
     model = hf.build("qwen3_moe")
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
@@ -111,3 +112,51 @@ def test_fixed_types_build_and_run_forward(model_type):
 def test_drafters_are_unsupported_with_the_reason(model_type):
     with pytest.raises(hf.BuildError, match="speculative-decoding drafter"):
         hf.build(model_type)
+
+
+def test_moe_router_losses_are_trained_and_compared():
+    """A transformers MoE returns its router load-balancing loss when asked
+    (`output_router_logits`); it trains with it at its own coefficient, as in transformers, and
+    parity compares it as its own tensor. A dense model has none."""
+    from trainready.core.case import Case
+    from trainready.core.context import CaseContext
+    from trainready.core.worker import execute_case
+    from trainready.suites import parity
+
+    model = hf.build("mixtral")
+    assert model.aux_coef == model.model.router_aux_loss_coef == 0.001
+    model(torch.randint(0, hf.VOCAB_SIZE, (2, 8)))
+    aux = model.aux_loss()
+    assert isinstance(aux, torch.Tensor) and aux.requires_grad and aux.item() > 0
+    assert model.aux_loss().item() == pytest.approx(0.001 * model._aux.item())
+    dense = hf.build("llama")
+    dense(torch.randint(0, hf.VOCAB_SIZE, (1, 8)))
+    assert dense.aux_loss() == 0.0 and dense.aux_coef is None
+
+    params = {"source": "hf", "model": "mixtral", "mode": "eager", "dtype": "fp32", "steps": 2}
+    out = execute_case(parity, Case("parity", "hf/mixtral/eager/fp32", params),
+                       CaseContext("cpu", "fp32", 300.0))  # fmt: skip
+    assert out.status == "pass", out.diagnostics.get("error")
+    n_params = len(list(model.named_parameters()))
+    # loss, logits, aux_loss, and each parameter's gradient and after-step value
+    assert out.diagnostics["tensors_compared"] == 3 + 2 * n_params
+    assert out.diagnostics["routing"]["pinned"] is True  # MoE eager: routing replayed
+
+
+def test_a_router_loss_the_device_cannot_compute_is_dropped_for_every_run(monkeypatch):
+    """transformers counts experts with an int32 histc off the CPU; a device without one (emu
+    falls back to the CPU, which has no int histc) cannot run the model's router loss. The case
+    then trains without it on every run (reference included) and says why."""
+    model = hf.build("mixtral")
+    assert model.router_loss_fails_on("cpu") is None and model.aux_coef  # the CPU runs it
+
+    def no_int_histc(self, input_ids):
+        raise NotImplementedError("\"histogram_cpu\" not implemented for 'Int'")
+
+    monkeypatch.setattr(hf.CausalLM, "forward", no_int_histc)
+    why = model.router_loss_fails_on("meta")
+    assert why.startswith('NotImplementedError: "histogram_cpu"')
+    assert model.aux_coef is None and model.model.config.output_router_logits is False
+    monkeypatch.undo()
+    model(torch.randint(0, hf.VOCAB_SIZE, (1, 8)))
+    assert model.aux_loss() == 0.0

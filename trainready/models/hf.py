@@ -13,13 +13,15 @@ float64, so the float64 reference executes the same code.
 
     model_types()                 -> the causal-LM types of this transformers, sorted
     tiny_config(model_type)       -> the shrunk PretrainedConfig (raises BuildError with the reason)
-    build(model_type, seed=0)     -> CausalLM: forward(input_ids [B,T]) -> logits [B,T,V]
+    build(model_type, seed=0)     -> CausalLM: forward(input_ids [B,T]) -> logits [B,T,V];
+                                     aux_loss() the MoE router loss of the last forward
     traits(config)                -> norm, mlp, moe, attention kind, position encoding
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import re
@@ -541,18 +543,77 @@ def tiny_config(model_type: str) -> Any:
 
 
 class CausalLM(nn.Module):
-    """A transformers causal LM behind one interface: input_ids [B,T] -> logits [B,T,V]."""
+    """A transformers causal LM behind one interface: input_ids [B,T] -> logits [B,T,V].
 
-    def __init__(self, model: nn.Module, model_type: str):
+    MoE models that return a router load-balancing loss (`aux_loss` of their output, asked for
+    with `output_router_logits`) train with it as they would in transformers: `aux_loss()` is the
+    model's own coefficient (`router_aux_loss_coef`, dbrx's `moe_loss_weight`) times the loss of
+    the last forward, which the parity engine adds to the training loss and compares."""
+
+    def __init__(self, model: nn.Module, model_type: str, aux_coef: float | None = None):
         super().__init__()
         self.model = model
         self.model_type = model_type
+        self.aux_coef = aux_coef
+        self._aux: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict:
+        # The last forward's loss is a graph tensor, which copy.deepcopy and pickle refuse.
+        return {**self.__dict__, "_aux": None}
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, use_cache=False).logits
+        out = self.model(input_ids=input_ids, use_cache=False)
+        aux = getattr(out, "aux_loss", None)
+        self._aux = aux if self.aux_coef and isinstance(aux, torch.Tensor) else None
+        return out.logits
 
     def aux_loss(self) -> torch.Tensor | float:
-        return 0.0
+        """The router load-balancing loss of the last forward, coefficient included (0.0 for a
+        model without one)."""
+        return 0.0 if self._aux is None else self.aux_coef * self._aux
+
+    def router_loss_fails_on(self, device: str) -> str | None:
+        """Whether the model's own router-loss code runs on `device` (transformers' MoE losses
+        count experts with an int32 `histc` off the CPU, which a device may lack): None if it
+        runs (or there is none); else the error, and the loss is no longer asked for, so every
+        run of a case trains the same loss."""
+        if not self.aux_coef or torch.device(device).type == "cpu":
+            return None
+        try:
+            probe = copy.deepcopy(self).to(device)
+            with torch.no_grad(), _quiet():
+                probe(torch.zeros(1, 4, dtype=torch.long, device=device))
+            return None
+        except Exception as e:  # noqa: BLE001 - the model's load-balancing code on this device
+            self.aux_coef = None
+            for c in _configs(self.model.config):
+                if hasattr(c, "output_router_logits"):
+                    c.output_router_logits = False
+            return _one_line(e)
+
+
+def _aux_coef(model: nn.Module, config: Any) -> float | None:
+    """The coefficient a transformers MoE model weighs its router loss by, or None."""
+    for obj in (model, _text_config(config), config):
+        value = getattr(obj, "router_aux_loss_coef", None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _configs(config: Any) -> list[Any]:
+    """The config and its text config (once, if they are one)."""
+    return list({id(config): config, id(_text_config(config)): _text_config(config)}.values())
+
+
+def _ask_router_loss(config: Any) -> bool:
+    """Ask an MoE config for its router loss (`output_router_logits`); False if it has none."""
+    found = False
+    for c in _configs(config):
+        if hasattr(c, "output_router_logits"):
+            c.output_router_logits = True
+            found = True
+    return found
 
 
 def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
@@ -563,6 +624,7 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
     # executes the same code as the device (fused grouped-GEMM experts have no float64 kernel).
     config._attn_implementation = "eager"
     config._experts_implementation = "eager"
+    routed = _ask_router_loss(config)
     torch.manual_seed(seed)
     with _quiet():
         try:
@@ -573,7 +635,23 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
             raise BuildError(f"model does not build: {_one_line(e)}") from e
     if model_type in NO_TOKEN_FORWARD:
         raise BuildError(f"{type(model).__name__}: {NO_TOKEN_FORWARD[model_type]}")
-    return CausalLM(model.float(), model_type)
+    coef = _aux_coef(model, config) if routed else None
+    if coef is not None and not _router_loss_runs(model, config):
+        coef = None  # its router loss fails (flint with no MoE layer left): trained without it
+    return CausalLM(model.float(), model_type, coef)
+
+
+def _router_loss_runs(model: nn.Module, config: Any) -> bool:
+    """Whether a forward with the router loss asked for runs; if not, it is asked for no more."""
+    try:
+        with torch.no_grad(), _quiet():
+            model(input_ids=torch.zeros(1, 4, dtype=torch.long), use_cache=False)
+        return True
+    except Exception:  # noqa: BLE001 - the model's own load-balancing code failed
+        for c in _configs(config):
+            if hasattr(c, "output_router_logits"):
+                c.output_router_logits = False
+        return False
 
 
 # --- traits ---------------------------------------------------------------------------------------

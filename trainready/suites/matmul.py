@@ -29,17 +29,20 @@ tflops (from the median), mfu (only when a peak FLOP/s for the dtype is known), 
 max_rel_err and rmse (of the numerics spot-check).
 
 Diagnostics: peak_label and peak_source (what the MFU is against), clock (how time was measured),
-check (what the spot-check compared), numerics (the probe's verdict with its errors) and ops (the
+check (what the spot-check compared), sample (its rows, columns and regions), numerics (the probe's verdict with its errors) and ops (the
 ops probe's record of the first, untimed call: which ops fell back to the host, by the dispatcher
 and by the backend's record). A GEMM or a peak calibration that went through a host fallback
 says so in `host_fallback` and in the MFU's label: that MFU is the host's, not the device's.
 
-Numerics: each case computes up to CHECK_SIZE x CHECK_SIZE entries of its output again in float64
-on the CPU from the same inputs, and `trainready.probes.numerics.compare` judges the device result
-against it (the low-precision CPU baseline is the same entries computed on the CPU in the case
-dtype; on the CPU itself that would be the device result, so the probe's rounded-reference baseline
-is used instead). A failed check is `fail_numerics`. Out-of-memory propagates: the runner records
-it as `oom`.
+Numerics: each case computes sampled entries of its output again in float64 on the CPU from the
+same inputs -- the first and last EDGE rows and columns (the edge and corner tiles of a tiled
+kernel) and INTERIOR random ones in between (`bands`; the whole dimension when it is at most
+CHECK_SIZE) -- and `trainready.probes.numerics.judge` judges each region (four corners, four
+edges, the interior) on its own, against the noise of an honest computation of the same entries:
+the CPU in the case dtype, or, on the CPU itself (where that would be the device result), the
+product in another reduction order accumulated in fp32 and rounded once. `check` says what was
+sampled, `sample` the bands and each region's ratio to its allowance. A failed check is
+`fail_numerics`. Out-of-memory propagates: the runner records it as `oom`.
 """
 
 from __future__ import annotations
@@ -63,13 +66,15 @@ from trainready.probes.flops import (
     linear_grad_weight_flops,
     peak_diagnostics,
 )
-from trainready.probes.numerics import Verdict, compare
+from trainready.probes.numerics import Verdict, judge, noise_rmse
 from trainready.probes.ops import OpsProbe
 from trainready.probes.timing import TimingStats, benchmark
 
 NAME = "matmul"
 DEFAULT_DTYPE = "bf16"
 DEFAULT_BUDGET_S = 120.0
+# The --set options this suite reads, checked before a run starts (see core/options.py).
+OPTIONS: dict = {}
 
 M_VALUES = (1, 128, 2048)
 PASSES = ("fwd", "dX", "dW")
@@ -216,22 +221,65 @@ def operands(
 
 # --- numerics spot-check ------------------------------------------------------------------------
 
+# The spot-check's rows (and, alike, columns): the first EDGE and the last EDGE, where the edge and
+# corner tiles of a tiled GEMM kernel sit (a remainder tile, a boundary mask: where kernels go
+# wrong), and INTERIOR drawn at random (seeded) in between; an output no larger than CHECK_SIZE
+# along a dimension is checked whole along it.
+EDGE = 16
+INTERIOR = 32
+CHECK_SIZE = 2 * EDGE + INTERIOR
 
-def _subset(size: int, salt: int) -> torch.Tensor:
-    """Up to CHECK_SIZE sorted indices into range(size), the same on every run."""
+
+@dataclass(frozen=True)
+class Band:
+    """Sampled indices along one output dimension: a name ("top", "bottom", "left", "right",
+    "interior", or "all" when the whole dimension is checked) and the indices."""
+
+    name: str
+    index: torch.Tensor
+
+
+def bands(size: int, salt: int, edges: tuple[str, str]) -> list[Band]:
+    """The sampled bands of one dimension of `size`, the same on every run."""
     if size <= CHECK_SIZE:
-        return torch.arange(size)
+        return [Band("all", torch.arange(size))]
     gen = torch.Generator().manual_seed(SEED + salt)
-    return torch.randperm(size, generator=gen)[:CHECK_SIZE].sort().values
+    interior = torch.randperm(size - 2 * EDGE, generator=gen)[:INTERIOR] + EDGE
+    return [
+        Band(edges[0], torch.arange(EDGE)),
+        Band("interior", interior.sort().values),
+        Band(edges[1], torch.arange(size - EDGE, size)),
+    ]
+
+
+def region_name(row: str, col: str) -> str:
+    """'top-left corner', 'top edge', 'interior', ... of a row band and a column band."""
+    if row == "all" and col == "all":
+        return "whole output"
+    if row in ("all", "interior") and col in ("all", "interior"):
+        return "interior" if "interior" in (row, col) else "whole output"
+    if row in ("top", "bottom") and col in ("left", "right"):
+        return f"{row}-{col} corner"
+    return f"{row if row in ('top', 'bottom') else col} edge"
+
+
+def _independent(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The same product on the CPU another way: the reduction in a random (seeded) order,
+    accumulated in at least fp32, rounded once to `dtype` -- the honest second computation when
+    the device is the CPU itself."""
+    acc = torch.promote_types(dtype, torch.float32)
+    perm = torch.randperm(a.shape[1], generator=torch.Generator().manual_seed(SEED + 3))
+    return (a[:, perm].to(acc) @ b[perm].to(acc)).to(dtype)
 
 
 def spot_check(
     pass_: str, first: torch.Tensor, second: torch.Tensor, out: torch.Tensor, dtype: str
-) -> tuple[Verdict, str]:
-    """Compare some entries of `out` with the same dot products in float64 on the CPU.
-
-    Only CHECK_SIZE^2 dot products are recomputed, which keeps lm_head-size outputs cheap.
-    """
+) -> tuple[Verdict, str, dict[str, Any]]:
+    """Compare sampled entries of `out` with the same dot products in float64 on the CPU: the
+    edge and corner tiles and a random interior sample (`bands`), each region judged on its own
+    with the numerics rule, so an error confined to one tile is not averaged away. Returns the
+    worst region's verdict (ok only if every region passed), what was checked, and the sample
+    (rows and columns per band, each region's ratio to its allowance)."""
     a, b = GEMMS[pass_].as_ab(first, second)
     expected = (a.shape[0], b.shape[1])
     if tuple(out.shape) != expected:
@@ -240,22 +288,68 @@ def spot_check(
             "ref_shape": list(expected),
             "actual_shape": list(out.shape),
         }
-        return Verdict(False, "shape", errors), "output shape"
-    rows, cols = _subset(a.shape[0], salt=1), _subset(b.shape[1], salt=2)
+        return Verdict(False, "shape", errors), "output shape", {}
+    row_bands = bands(a.shape[0], salt=1, edges=("top", "bottom"))
+    col_bands = bands(b.shape[1], salt=2, edges=("left", "right"))
+    rows = torch.cat([band.index for band in row_bands])
+    cols = torch.cat([band.index for band in col_bands])
     a_sub = a.index_select(0, rows.to(a.device)).cpu()
     b_sub = b.index_select(1, cols.to(b.device)).cpu()
     got = out.index_select(0, rows.to(out.device)).index_select(1, cols.to(out.device)).cpu()
     ref64 = a_sub.double() @ b_sub.double()
-    on_cpu = out.device.type == "cpu"
-    # On the CPU the same-dtype CPU result would be the device result itself, a baseline that
-    # passes anything; without one the probe falls back to the reference rounded to the dtype.
-    cpu_lowp = None if on_cpu else a_sub @ b_sub
-    baseline = "the reference rounded to the dtype" if on_cpu else "the CPU in the same dtype"
-    what = (
-        f"{len(rows)}x{len(cols)} of {out.shape[0]}x{out.shape[1]} entries vs float64 on the CPU;"
-        f" baseline: {baseline}"
+    if out.device.type == "cpu":
+        # The same-dtype CPU result would be the device result itself, a baseline that passes
+        # anything: the product in another reduction order instead.
+        honest, rule = _independent(a_sub, b_sub, got.dtype), "noise_vs_independent"
+        baseline = "the CPU in another reduction order (fp32 accumulation, rounded once)"
+    else:
+        honest, rule = a_sub @ b_sub, "noise_vs_cpu"
+        baseline = "the CPU in the same dtype"
+    verdicts: dict[str, Verdict] = {}
+    r0 = 0
+    for rb in row_bands:
+        c0 = 0
+        for cb in col_bands:
+            at = (slice(r0, r0 + len(rb.index)), slice(c0, c0 + len(cb.index)))
+            noise = noise_rmse(ref64[at], honest[at])
+            verdicts[region_name(rb.name, cb.name)] = judge(ref64[at], got[at], noise, dtype, rule)
+            c0 += len(cb.index)
+        r0 += len(rb.index)
+    ratios = {name: _ratio(v) for name, v in verdicts.items()}
+    worst = max(verdicts, key=lambda name: (not verdicts[name].ok, ratios[name]))
+    verdict = verdicts[worst]
+    verdict = Verdict(
+        all(v.ok for v in verdicts.values()),
+        verdict.rule,
+        {**verdict.errors, "region": worst},
+        verdict.threshold,
     )
-    return compare(ref64, got, cpu_lowp, dtype), what
+    sample = {
+        "rows": {band.name: len(band.index) for band in row_bands},
+        "cols": {band.name: len(band.index) for band in col_bands},
+        "regions": ratios,
+        "interior_seed": SEED,
+    }
+    what = (
+        f"{len(rows)}x{len(cols)} of {out.shape[0]}x{out.shape[1]} entries vs float64 on the CPU"
+        f" (rows {_describe(row_bands)}; columns {_describe(col_bands)}; {len(verdicts)} "
+        f"regions judged apart); baseline: {baseline}"
+    )
+    return verdict, what, sample
+
+
+def _describe(found: list[Band]) -> str:
+    if len(found) == 1:
+        return "all"
+    return ", ".join(f"{b.name} {len(b.index)}" for b in found)
+
+
+def _ratio(v: Verdict) -> float:
+    if v.rule in ("shape", "nonfinite"):
+        return math.inf
+    if not v.threshold:
+        return math.inf if v.errors.get("rmse") else 0.0
+    return v.errors["rmse"] / v.threshold
 
 
 # --- execute --------------------------------------------------------------------------------------
@@ -296,7 +390,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         )
 
     with ctx.phase("check"):
-        verdict, what = spot_check(pass_, first, second, out, dtype)
+        verdict, what, sample = spot_check(pass_, first, second, out, dtype)
 
     peak = ctx.peak(dtype)
     metrics = _metrics(GEMMS[pass_].flops(p["M"], p["N"], p["K"]), stats, peak)
@@ -309,6 +403,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "ops": probe.report.to_json(),
         "clock": stats.clock,
         "check": what,
+        "sample": sample,
         "numerics": verdict.to_json(),
     }
     return Outcome("pass" if verdict.ok else "fail_numerics", metrics, diagnostics)

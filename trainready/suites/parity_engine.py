@@ -46,10 +46,13 @@ class Trace:
     curve: list[float]
     first_step_s: float = 0.0
     step_s: float = 0.0  # median of the later steps
+    aux: torch.Tensor | None = None  # the model's auxiliary (MoE balancing) loss, if it trains one
 
     def named(self, after_step: bool = True) -> dict[str, torch.Tensor]:
         """Every compared tensor under the name a report shows."""
         out = {"loss": self.loss, "logits": self.logits}
+        if self.aux is not None:
+            out["aux_loss"] = self.aux
         out |= {f"{n}.grad": g for n, g in self.grads.items()}
         if after_step:
             out |= {f"{n}.after_step": p for n, p in self.params.items()}
@@ -76,13 +79,19 @@ def _autocast(spec: Spec) -> contextlib.AbstractContextManager:
 
 
 def forward_loss(fn: Callable, model: nn.Module, data: Data, spec: Spec):
-    """(loss, logits): cross-entropy over the vocabulary plus the model's auxiliary loss."""
+    """(loss, logits, aux): cross-entropy over the vocabulary plus the model's auxiliary loss
+    (MoE load balancing), which is also returned on its own when it is a trained term (a tensor
+    with a gradient), else None."""
     with _autocast(spec):
         logits = fn(data.ids)
         vocab = logits.shape[-1]
-        loss = F.cross_entropy(logits.float().reshape(-1, vocab), data.targets.reshape(-1))
-        loss = loss + aux_loss(model)
-    return loss, logits
+        # In at least fp32: `.float()` would compute the float64 reference's loss in float32.
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        loss = F.cross_entropy(wide.reshape(-1, vocab), data.targets.reshape(-1))
+        aux = aux_loss(model)
+        loss = loss + aux
+    trained = isinstance(aux, torch.Tensor) and aux.requires_grad
+    return loss, logits, aux if trained else None
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -103,6 +112,12 @@ def compiled(model: nn.Module, backend: str) -> Callable:
     return torch.compile(model, backend=backend)
 
 
+def make_optimizer(params: list[nn.Parameter], spec: Spec) -> torch.optim.Optimizer:
+    """The optimizer of a run (a module-level seam: the planted optimizer faults replace it for
+    the runs they act in, `trainready.testing.faults`)."""
+    return torch.optim.AdamW(params, lr=LR)
+
+
 def train(
     model: nn.Module,
     data: Data,
@@ -113,17 +128,18 @@ def train(
     m = place(model, spec)
     fn = compiled(m, spec.compile_backend) if spec.compile_backend else m
     d = on_device(data, spec.device)
-    opt = torch.optim.AdamW(m.parameters(), lr=LR)
+    opt = make_optimizer(list(m.parameters()), spec)
     curve: list[float] = []
     times: list[float] = []
     first: dict = {}
     for step in range(spec.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss, logits = forward_loss(fn, m, d, spec)
+        loss, logits, aux = forward_loss(fn, m, d, spec)
         loss.backward()
         if step == 0:
             first["loss"], first["logits"] = _cpu(loss), _cpu(logits)
+            first["aux"] = None if aux is None else _cpu(aux)
             first["grads"] = {
                 n: _cpu(p.grad) for n, p in m.named_parameters() if p.grad is not None
             }
@@ -144,6 +160,7 @@ def train(
         curve=curve,
         first_step_s=times[0],
         step_s=statistics.median(times[1:]) if len(times) > 1 else times[0],
+        aux=first["aux"],
     )
 
 
@@ -158,11 +175,27 @@ def optimizer_step_reference(
     arithmetic becomes a step of about `lr`, the same on any correct device. The gradients
     themselves are judged against the float64 reference separately.
     """
-    params = {n: p.detach().to("cpu", torch.float64).clone() for n, p in model.named_parameters()}
-    opt = torch.optim.AdamW(list(params.values()), lr=LR)
+    return _adamw_step(model, grads, torch.float64)
+
+
+def optimizer_step_baseline(
+    model: nn.Module, grads: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """The same first AdamW step in the dtype the parameters are kept in (fp32 under autocast),
+    by the CPU's fused AdamW -- another implementation than the device's (the CPU's own runs use
+    the single-tensor one, a PrivateUse1 device the foreach one): the honest same-dtype baseline
+    of the optimizer step, free of any fault in the device's optimizer."""
+    return _adamw_step(model, grads, dtype, fused=dtype != torch.float64)
+
+
+def _adamw_step(
+    model: nn.Module, grads: dict[str, torch.Tensor], dtype: torch.dtype, fused: bool = False
+) -> dict[str, torch.Tensor]:
+    params = {n: p.detach().to("cpu", dtype).clone() for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW(list(params.values()), lr=LR, fused=fused or None)
     for n, p in params.items():
         g = grads.get(n)
-        p.grad = None if g is None else g.to(torch.float64)
+        p.grad = None if g is None else g.to("cpu", dtype)
     opt.step()
     return {f"{n}.after_step": p for n, p in params.items()}
 
@@ -178,11 +211,12 @@ def first_step(
     m = place(model, spec)
     d = on_device(data, spec.device)
     with around or contextlib.nullcontext():
-        loss, logits = forward_loss(m, m, d, spec)
+        loss, logits, aux = forward_loss(m, m, d, spec)
         loss.backward()
         synchronize(spec.device)
     grads = {n: _cpu(p.grad) for n, p in m.named_parameters() if p.grad is not None}
-    return Trace(_cpu(loss), _cpu(logits), grads, {}, [float(loss.detach().double().cpu())])
+    curve = [float(loss.detach().double().cpu())]
+    return Trace(_cpu(loss), _cpu(logits), grads, {}, curve, aux=None if aux is None else _cpu(aux))
 
 
 @dataclass

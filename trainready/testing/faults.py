@@ -50,6 +50,16 @@ must not fail it for that.
 - `sum_reordered`: `aten::sum.dim_IntList` over the input reversed along the reduced dims, so the
   additions happen in another order (as a tree reduction on a device would).
 
+Model-level faults (`MODEL_FAULTS`, planted with `planted(name, where)`, a context manager): bugs
+in the model's own code or its optimizer -- attention scores 2% / 10% too large, a 1% weight-
+gradient error in one Linear, a 1% input-gradient error in one layer, `wq`'s gradient 5% / 10%
+off, AdamW's learning rate 3% high, weight decay dropped, bias correction missing, RoPE pairing
+interleaved dims, the causal mask dropped or one future token visible -- and correct-but-different
+code (an explicit attention kernel, split-K Linears, RMSNorm summed in another order, AdamW written
+out). Each acts only `where` the code under test runs ("lowp": below float64; "device": off the
+CPU; "compile": in what torch.compile traces), so the float64 reference, and the CPU baseline where
+one is used, stay right. See the section below.
+
 `hits()` counts, per fault and op, how often a planted bug acted (a wrong kernel: only the calls
 its bug changes, e.g. a GEMM with a non-contiguous operand; a correct-but-different one: every
 call), so a test can tell a fault that was caught from one that never ran. Everything here is for testing trainready; none of it
@@ -58,9 +68,11 @@ belongs in a real run.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -70,6 +82,7 @@ DISPATCH_KEY = "PrivateUse1"
 
 SOFTMAX_SCALE = 1.02
 NORM_BACKWARD_SCALE = 1.01
+BF16_GOAL = 0.02  # faults of this relative size or more must be caught in bf16 (and fp16) too
 
 _HITS: Counter[str] = Counter()  # "fault:op" -> calls in which the planted bug acted
 _HOLDER: dict[str, str] = {}  # op -> the planted fault whose kernel it runs now
@@ -91,6 +104,15 @@ class Fault:
     kernels: dict[str, Callable] = field(repr=False)
     parity_case: str = "base"
     matmul: bool = False
+    size: float | None = None  # the relative size of the error, where it is one (0.02: 2%)
+    also_on: tuple[str, ...] = ()  # further synthetic variants the catch table runs it on
+
+    def required(self, dtype: str) -> bool:
+        """Whether the catch goal requires this fault caught at `dtype` (every one in fp32; in
+        bf16 and fp16 those of BF16_GOAL or more, and the structural ones)."""
+        return self.expect == "catch" and (
+            dtype == "fp32" or self.size is None or self.size >= BF16_GOAL
+        )
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -243,6 +265,8 @@ FAULTS: dict[str, Fault] = {
             "catch",
             "softmax input scaled by 1.02 (a wrong constant in a fused exp)",
             {"_softmax": _softmax_scaled},
+            size=SOFTMAX_SCALE - 1,
+            also_on=("position=alibi",),
         ),
         Fault(
             "gemm_contiguous_only",
@@ -257,6 +281,7 @@ FAULTS: dict[str, Fault] = {
             "LayerNorm backward's input gradient 1% too large (a wrong 1/N)",
             {"native_layer_norm_backward": _layer_norm_backward_skewed},
             parity_case="norm=layernorm",
+            size=NORM_BACKWARD_SCALE - 1,
         ),
         Fault(
             "attention_mask_dropped",
@@ -359,11 +384,426 @@ def plant_from_env() -> list[str]:
 
 plant_from_env()
 
+
+# --- model-level faults -----------------------------------------------------------------------------
+#
+# Bugs in the model's own code (or its optimizer) rather than in a device kernel: a wrong constant
+# in an attention written for one device, a hand-written backward off by a little, a fused
+# optimizer that skips a term. Each acts only `where` the code under test runs, so the float64
+# CPU reference -- and, on a device or compiled, the CPU's same-dtype eager baseline -- stays
+# right, as a real device path or compiler bug would leave them:
+#
+# - "lowp": below float64 (the CPU eager column: the CPU's own low-precision run is under test);
+# - "device": on tensors that are not on the CPU (the emu column: a device-only code path);
+# - "compile": while torch.compile traces (the compiled column: a miscompile).
+#
+# `planted(name, where)` is a context manager that patches trainready.models.blocks, the
+# synthetic model builder and the parity engine's optimizer factory for its duration; a case run
+# inside it (parity on a synthetic model) runs the faulty code wherever `where` says.
+
+WHERE = ("lowp", "device", "compile")
+
+
+def _acts(where: str, t: torch.Tensor) -> bool:
+    if where == "lowp":
+        return t.dtype != torch.float64
+    if where == "device":
+        return t.device.type != "cpu"
+    if where == "compile":
+        return torch.compiler.is_compiling()
+    raise ValueError(f"unknown where {where!r}; valid: {', '.join(WHERE)}")
+
+
+def _acts_spec(where: str, spec: object) -> bool:
+    """For the optimizer, which is never compiled: does `where` cover the run `spec` describes?"""
+    if where == "lowp":
+        return spec.dtype != "fp64"
+    if where == "device":
+        return torch.device(spec.device).type != "cpu"
+    if where == "compile":
+        return spec.compile_backend is not None
+    raise ValueError(f"unknown where {where!r}; valid: {', '.join(WHERE)}")
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient multiplied by `scale` on the way back."""
+
+    @staticmethod
+    def forward(ctx, x, scale):  # noqa: ANN001
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        return grad * ctx.scale, None
+
+
+def _count_trace(ctx) -> None:  # noqa: ANN001 - dynamo's ComptimeContext
+    _HITS[ctx.get_local("key").as_python_constant()] += 1
+
+
+def _model_hit(name: str, what: str) -> None:
+    """Count a call in which the fault acted; while compiling, count the trace that holds it, at
+    trace time (`comptime`: compiled code runs without calling back into Python, and a counter
+    touched in traced code would be a guarded side effect, recompiling at every count)."""
+    if torch.compiler.is_compiling():
+        key = f"{name}:{what} (traced)"  # noqa: F841 - read by _count_trace through ctx
+        from torch._dynamo.comptime import comptime
+
+        comptime(_count_trace)
+    else:
+        _hit(name, what)
+
+
+class _GradScaledLinear(torch.nn.Linear):
+    """nn.Linear whose weight gradient is `_fault_scale` times too large where the fault acts."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if _acts(self._fault_where, w):
+            _model_hit(self._fault_name, "weight grad")
+            w = _ScaleGrad.apply(w, self._fault_scale)
+        return torch.nn.functional.linear(x, w, self.bias)
+
+
+def _block_class():
+    from trainready.models.blocks import Block
+
+    class _GradScaledBlock(Block):
+        """A decoder layer whose input gradient is `_fault_scale` times too large."""
+
+        def forward(self, x, rope=None):  # noqa: ANN001
+            if _acts(self._fault_where, x):
+                _model_hit(self._fault_name, "input grad")
+                x = _ScaleGrad.apply(x, self._fault_scale)
+            return super().forward(x, rope)
+
+    return _GradScaledBlock
+
+
+class _SplitKLinear(torch.nn.Linear):
+    """nn.Linear as a split-K GEMM where the fault acts: two halves of the reduction dimension in
+    the GEMM's dtype, accumulated in fp32, added, rounded once (correct, another order)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _acts(self._fault_where, x):
+            return super().forward(x)
+        _model_hit(self._fault_name, "linear")
+        kind = x.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        with torch.autocast(kind, enabled=False):
+            a, w = x.to(dtype), self.weight.to(dtype)
+            acc = torch.promote_types(dtype, torch.float32)
+            half = a.shape[-1] // 2
+            y = a[..., :half].to(acc) @ w[:, :half].t().to(acc)
+            y = (y + a[..., half:].to(acc) @ w[:, half:].t().to(acc)).to(dtype)
+            return y if self.bias is None else y + self.bias.to(dtype)
+
+
+def _swap(modules, cls, name: str, where: str, scale: float = 1.0) -> None:
+    for m in modules:
+        m.__class__ = cls
+        m._fault_name, m._fault_where, m._fault_scale = name, where, scale
+
+
+class FaultyAdamW(torch.optim.Optimizer):
+    """AdamW written out (one tensor at a time), with switches for the bugs fused optimizers
+    have had: a learning rate off by `lr_scale`, weight decay dropped, bias correction skipped.
+    With none set it is a correct AdamW (torch.optim.AdamW's defaults)."""
+
+    def __init__(
+        self,
+        params,  # noqa: ANN001
+        lr: float,
+        *,
+        lr_scale: float = 1.0,
+        weight_decay: float = 1e-2,
+        bias_correction: bool = True,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        fault: str = "",
+    ):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "wd": weight_decay})
+        self.lr_scale, self.bias_correction, self.fault = lr_scale, bias_correction, fault
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001
+        if self.fault:
+            _hit(self.fault, "optimizer step")
+        for group in self.param_groups:
+            lr, (b1, b2), eps = group["lr"] * self.lr_scale, group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                p.mul_(1 - lr * group["wd"])
+                m.lerp_(p.grad, 1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                bc1 = 1 - b1**t if self.bias_correction else 1.0
+                bc2 = 1 - b2**t if self.bias_correction else 1.0
+                denom = (v.sqrt() / bc2**0.5).add_(eps)
+                p.addcdiv_(m, denom, value=-lr / bc1)
+
+
+@dataclass(frozen=True)
+class ModelFault:
+    """A model-level fault: `plant(where)` is the context manager that plants it.
+
+    `size` is the relative size of the error it plants where it is a size (0.02: 2%), None for a
+    structural bug (a mask, a pairing); the goal is every fault caught in fp32, and in bf16 every
+    one of 2% or more (`required("bf16")`). `expect` "pass": correct-but-different code."""
+
+    name: str
+    expect: str
+    imitates: str
+    size: float | None
+    plant: Callable[[str], contextlib.AbstractContextManager] = field(repr=False)
+    parity_case: str = "base"
+    also_on: tuple[str, ...] = ()  # further synthetic variants the catch table runs it on
+
+    def required(self, dtype: str) -> bool:
+        """Whether the catch goal requires this fault caught at `dtype`."""
+        return self.expect == "catch" and (
+            dtype == "fp32" or self.size is None or self.size >= BF16_GOAL
+        )
+
+
+@contextlib.contextmanager
+def _patched(obj: object, attr: str, value: object) -> Iterator[None]:
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+def _attend_fault(
+    name: str, faulty: Callable
+) -> Callable[[str], contextlib.AbstractContextManager]:
+    """A fault in `blocks.attend`: `faulty(original, q, k, v, **options)` where it acts."""
+
+    @contextlib.contextmanager
+    def plant(where: str) -> Iterator[None]:
+        from trainready.models import blocks
+
+        original = blocks.attend
+
+        def attend(q, k, v, **options):  # noqa: ANN001
+            if not _acts(where, q):
+                return original(q, k, v, **options)
+            _model_hit(name, "attention")
+            return faulty(original, q, k, v, **options)
+
+        with _patched(blocks, "attend", attend):
+            yield
+
+    return plant
+
+
+def _scaled_scores(scale: float) -> Callable:
+    def faulty(original, q, k, v, **options):  # noqa: ANN001
+        return original(q * scale, k, v, **options)  # scores (and their gradients) `scale` off
+
+    return faulty
+
+
+def _sdpa_mask(offset: int | None) -> Callable:
+    """Causal attention that lets each query see `offset` future keys (None: all of them)."""
+
+    def faulty(original, q, k, v, **options):  # noqa: ANN001
+        if offset is None:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=False)
+        n = q.shape[-2]
+        i = torch.arange(n, device=q.device)[:, None]
+        j = torch.arange(n, device=q.device)[None, :]
+        mask = j <= i + offset
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    return faulty
+
+
+def _explicit_attention(original, q, k, v, **options):  # noqa: ANN001
+    """Another attention kernel: the scores, the causal mask and the softmax written out, the
+    softmax in at least fp32 (correct; another order and other rounding points than SDPA)."""
+    if any(options.get(o) for o in ("window", "sinks", "softcap", "alibi")):
+        return original(q, k, v, **options)
+    acc = torch.promote_types(q.dtype, torch.float32)
+    scores = (q @ k.transpose(-2, -1)).to(acc) / math.sqrt(q.shape[-1])
+    n = q.shape[-2]
+    keep = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    probs = scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    return probs.to(v.dtype) @ v
+
+
+def _rope_interleaved(name: str) -> Callable[[str], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def plant(where: str) -> Iterator[None]:
+        from trainready.models import blocks
+
+        original = blocks.apply_rope
+
+        def apply_rope(x, rope):  # noqa: ANN001
+            if not _acts(where, x):
+                return original(x, rope)
+            _model_hit(name, "rope")
+            cos, sin = rope
+            rot = 2 * cos.shape[-1]
+            x_rot, x_pass = x[..., :rot], x[..., rot:]
+            wide = x_rot.to(torch.promote_types(x.dtype, torch.float32))
+            even, odd = wide[..., 0::2], wide[..., 1::2]  # pairs (0, 1), (2, 3): interleaved
+            rotated = torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
+            return torch.cat([rotated.flatten(-2).to(x.dtype), x_pass], dim=-1)
+
+        with _patched(blocks, "apply_rope", apply_rope):
+            yield
+
+    return plant
+
+
+def _norm_reordered(name: str) -> Callable[[str], contextlib.AbstractContextManager]:
+    """RMSNorm's mean of squares summed sequentially (cumsum) instead of by the vectorised sum."""
+
+    @contextlib.contextmanager
+    def plant(where: str) -> Iterator[None]:
+        from trainready.models import blocks
+
+        original = blocks.RMSNorm.forward
+
+        def forward(self, x):  # noqa: ANN001
+            if not _acts(where, x):
+                return original(self, x)
+            _model_hit(name, "norm")
+            h = x.to(torch.promote_types(x.dtype, torch.float32))
+            mean_sq = h.pow(2).cumsum(-1)[..., -1:] / h.shape[-1]
+            h = h * torch.rsqrt(mean_sq + self.eps)
+            return self.weight * h.to(x.dtype)
+
+        with _patched(blocks.RMSNorm, "forward", forward):
+            yield
+
+    return plant
+
+
+def _model_patch(
+    name: str, select: Callable[[torch.nn.Module], list], cls: Callable[[], type], scale: float
+) -> Callable[[str], contextlib.AbstractContextManager]:
+    """A fault planted by swapping the class of the modules `select` picks in every synthetic
+    model built while it is planted."""
+
+    @contextlib.contextmanager
+    def plant(where: str) -> Iterator[None]:
+        from trainready.models import synthetic
+
+        original = synthetic.build
+
+        def build(config, seed=0):  # noqa: ANN001
+            model = original(config, seed)
+            _swap(select(model), cls(), name, where, scale)
+            return model
+
+        with _patched(synthetic, "build", build):
+            yield
+
+    return plant
+
+
+def _optimizer_fault(
+    name: str, **switches: object
+) -> Callable[[str], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def plant(where: str) -> Iterator[None]:
+        from trainready.suites import parity_engine
+
+        original = parity_engine.make_optimizer
+
+        def make_optimizer(params, spec):  # noqa: ANN001
+            if not _acts_spec(where, spec):
+                return original(params, spec)
+            return FaultyAdamW(params, parity_engine.LR, fault=name, **switches)
+
+        with _patched(parity_engine, "make_optimizer", make_optimizer):
+            yield
+
+    return plant
+
+
+def _wq(model) -> list:  # noqa: ANN001
+    return [layer.attention.wq for layer in model.layers]
+
+
+MODEL_FAULTS: dict[str, ModelFault] = {
+    f.name: f
+    for f in (
+        ModelFault("attn_scale_2pct", "catch", "attention scores 2% too large (a wrong "
+                   "softmax scale)", 0.02, _attend_fault("attn_scale_2pct",
+                                                          _scaled_scores(1.02))),
+        ModelFault("attn_scale_10pct", "catch", "attention scores 10% too large", 0.10,
+                   _attend_fault("attn_scale_10pct", _scaled_scores(1.10))),
+        ModelFault("linear_wgrad_1pct", "catch", "one Linear's weight gradient 1% too large "
+                   "(layers.0 w2)", 0.01, _model_patch(
+                       "linear_wgrad_1pct", lambda m: [m.layers[0].feed_forward.w2],
+                       lambda: _GradScaledLinear, 1.01)),
+        ModelFault("layer_dgrad_1pct", "catch", "one layer's input gradient 1% too large "
+                   "(layers.1)", 0.01, _model_patch(
+                       "layer_dgrad_1pct", lambda m: [m.layers[1]], _block_class, 1.01)),
+        ModelFault("wq_grad_5pct", "catch", "wq's weight gradient 5% too large (every layer)",
+                   0.05, _model_patch("wq_grad_5pct", _wq, lambda: _GradScaledLinear, 1.05)),
+        ModelFault("wq_grad_10pct", "catch", "wq's weight gradient 10% too large (every layer)",
+                   0.10, _model_patch("wq_grad_10pct", _wq, lambda: _GradScaledLinear, 1.10)),
+        ModelFault("adamw_lr_3pct", "catch", "AdamW's learning rate 3% too high", 0.03,
+                   _optimizer_fault("adamw_lr_3pct", lr_scale=1.03)),
+        ModelFault("adamw_no_weight_decay", "catch", "AdamW's weight decay dropped", None,
+                   _optimizer_fault("adamw_no_weight_decay", weight_decay=0.0)),
+        ModelFault("adamw_no_bias_correction", "catch", "AdamW's bias correction missing", None,
+                   _optimizer_fault("adamw_no_bias_correction", bias_correction=False)),
+        ModelFault("rope_interleaved", "catch", "RoPE pairs interleaved dims instead of "
+                   "rotating halves", None, _rope_interleaved("rope_interleaved")),
+        ModelFault("causal_mask_dropped", "catch", "the causal mask dropped (every query sees "
+                   "the future)", None, _attend_fault("causal_mask_dropped", _sdpa_mask(None))),
+        ModelFault("future_token_visible", "catch", "each query sees one future token", None,
+                   _attend_fault("future_token_visible", _sdpa_mask(1))),
+        ModelFault("attention_explicit", "pass", "another attention kernel: scores, mask and "
+                   "softmax written out", None, _attend_fault("attention_explicit",
+                                                              _explicit_attention)),
+        ModelFault("linear_split_k", "pass", "every Linear as a split-K GEMM accumulated in fp32",
+                   None, _model_patch("linear_split_k", lambda m: [
+                       x for x in m.modules() if type(x) is torch.nn.Linear
+                   ], lambda: _SplitKLinear, 1.0)),
+        ModelFault("norm_reordered", "pass", "RMSNorm's mean of squares summed in another order",
+                   None, _norm_reordered("norm_reordered")),
+        ModelFault("adamw_reimplemented", "pass", "AdamW written out one tensor at a time", None,
+                   _optimizer_fault("adamw_reimplemented")),
+    )
+}  # fmt: skip
+
+
+def planted(name: str, where: str) -> contextlib.AbstractContextManager:
+    """Plant model-level fault `name` acting `where` ("lowp", "device", "compile") for the
+    duration of the `with` block."""
+    if name not in MODEL_FAULTS:
+        raise ValueError(f"unknown model fault {name!r}; valid: {', '.join(MODEL_FAULTS)}")
+    if where not in WHERE:
+        raise ValueError(f"unknown where {where!r}; valid: {', '.join(WHERE)}")
+    return MODEL_FAULTS[name].plant(where)
+
+
 __all__ = [
     "DISPATCH_KEY",
     "ENV_VAR",
     "FAULTS",
+    "MODEL_FAULTS",
+    "WHERE",
     "Fault",
+    "FaultyAdamW",
+    "ModelFault",
+    "planted",
     "hits",
     "plant",
     "plant_from_env",
