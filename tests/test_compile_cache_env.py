@@ -102,13 +102,16 @@ def test_each_mode_gets_a_fresh_cache_that_its_scenarios_share_in_order(monkeypa
     for _ in range(2):  # the case twice: its second run must not find the first's caches
         suite.execute(case, ctx)
 
-    n = len(suite.SCENARIOS)
+    # Scenario by scenario, both modes in turn (so load drifting over the case hits both alike).
     expected = [
-        suite.scenario_spec(case.params, "cpu", m, s) for m in suite.MODES for s in SCENARIOS
+        suite.scenario_spec(case.params, "cpu", m, s) for s in SCENARIOS for m in suite.MODES
     ]
     assert [spec for spec, _, _ in fake.calls] == expected * 2
+    runs = [fake.calls[i : i + len(expected)] for i in (0, len(expected))]
     roots = []
-    for block in (fake.calls[i : i + n] for i in range(0, len(fake.calls), n)):
+    for block in (
+        [c for c in run if c[0].compile == mode] for run in runs for mode in ("none", "blocks")
+    ):
         env = block[0][1]
         assert set(env) == CACHE_VARS
         assert all(e == env for _, e, _ in block), "a mode's scenarios share one cache"

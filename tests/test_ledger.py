@@ -14,8 +14,10 @@ from trainready.config import ConfigError
 from trainready.ledger import (
     Mode,
     ahead_until_step,
+    break_even_range,
     break_even_step,
     ledger,
+    parse_interval,
     parse_mode,
     parse_steps,
     to_json,
@@ -99,6 +101,18 @@ def test_ledger_result_and_json_shape():
     assert ledger([EAGER], 1000, [1])["break_even_step"] is None
 
 
+def test_break_even_range_is_the_break_even_at_both_ends_of_the_speedup_interval():
+    # COMPILED is 1.25x EAGER per step. At 1.5x: gain 1/3 s per step, 90 s caught up at N = 271;
+    # at 1.1x: gain 1/11 s, caught up at N = 991.
+    assert break_even_range(EAGER, COMPILED, 1000, (1.1, 1.5)) == (271, 991)
+    assert break_even_range(EAGER, COMPILED, 1000, (1.25, 1.25)) == (451, 451)
+    # An interval that reaches below 1: the slow end never breaks even.
+    assert break_even_range(EAGER, COMPILED, 1000, (0.9, 1.5)) == (271, None)
+    result = ledger([EAGER, COMPILED], 1000, [1], speedup=(1.1, 1.5))
+    assert (result["break_even_range"], result["conclusive"]) == ([271, 991], True)
+    assert not ledger([EAGER, COMPILED], 1000, [1], speedup=(0.9, 1.5))["conclusive"]
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -110,6 +124,11 @@ def test_ledger_result_and_json_shape():
         (lambda: parse_steps("ten"), "malformed --steps"),
         (lambda: ledger([EAGER, EAGER], 1000), "unique"),
         (lambda: ledger([EAGER], 0), "tokens per step"),
+        (lambda: ledger([EAGER, COMPILED], 1000, speedup=(1.3, 1.5)), "must contain"),
+        (lambda: ledger([EAGER], 1000, speedup=(1.0, 1.5)), "exactly two modes"),
+        (lambda: break_even_range(EAGER, COMPILED, 1000, (1.5, 1.1)), "0 < lo <= hi"),
+        (lambda: parse_interval("1.1"), "malformed --speedup-interval"),
+        (lambda: parse_interval("0,2"), "0 < LO <= HI"),
     ],
 )
 def test_bad_input_is_a_config_error(call, message):
@@ -145,6 +164,22 @@ def test_cli_json_and_text():
     assert json.loads(p.stdout)["break_even_step"] is None
     text = _cli("--tokens-per-step", "1000", *swapped)
     assert "ahead up to step 451, behind for good after it" in text.stdout
+
+
+def test_cli_speedup_interval_gives_a_range_or_inconclusive():
+    modes = ["--tokens-per-step", "1000", "--mode", "eager:3:1000", "--mode", "compiled:93:1250"]
+    p = _cli(*modes, "--steps", "1", "--speedup-interval", "1.1,1.5", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert (doc["break_even_step"], doc["break_even_range"], doc["conclusive"]) == (
+        451,
+        [271, 991],
+        True,
+    )
+    text = " ".join(_cli(*modes, "--speedup-interval", "1.1,1.5").stdout.split())
+    assert "at step 451 (between steps 271 and 991 over the speedup interval)" in text
+    text = _cli(*modes, "--speedup-interval", "0.9,1.5").stdout
+    assert "break-even: inconclusive" in text
 
 
 @pytest.mark.parametrize("mode", ["eager:3", "eager:x:4", "[bold]a:x:4", "a[/]:x:4"])

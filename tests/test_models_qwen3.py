@@ -272,3 +272,54 @@ def test_matches_hugging_face_qwen3(size):
     assert expected.abs().max() > 0.1  # large enough for the tolerance below to mean something
     # HF computes the RoPE table and the MoE router softmax in fp32 even in a float64 model
     torch.testing.assert_close(model(ids), expected, rtol=1e-5, atol=1e-6)
+
+
+def _loss_and_grads(model: Qwen3, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    logits = model(ids)
+    (logits.square().mean() + model.aux_loss()).backward()
+    return logits.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize(
+    ("dtype", "implementation"),
+    [(torch.float64, "loop over experts"), (torch.float32, "grouped_mm")],
+)
+def test_routed_moe_matches_dense_dispatch(dtype, implementation):
+    """Routed dispatch is the dense reference's function, logits and every gradient, both in
+    float64 (torch's grouped GEMM has no float64: the loop) and fp32 (torch's grouped GEMM)."""
+    from trainready.models.moe_dispatch import RoutedMoE
+    from trainready.models.moe_dispatch import implementation as how
+
+    routed, dense = _tiny("debug-moe").to(dtype), _tiny("debug-moe", moe_dispatch="dense").to(dtype)
+    assert type(routed.layers[0].feed_forward) is RoutedMoE
+    assert how(torch.device("cpu"), dtype, compiling=False) == implementation
+    assert routed.state_dict().keys() == dense.state_dict().keys()
+    ids = torch.randint(0, 512, (2, 16))
+    (a, grads_a), (b, grads_b) = _loss_and_grads(routed, ids), _loss_and_grads(dense, ids)
+    tol = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {}
+    torch.testing.assert_close(a, b, **tol)
+    for name, grad in grads_b.items():
+        torch.testing.assert_close(grads_a[name], grad, **tol, msg=name)
+
+
+def test_routed_moe_runs_each_token_through_its_k_experts_only(monkeypatch):
+    from trainready.models import moe_dispatch
+
+    rows, real = [], moe_dispatch.expert_mm
+
+    def counting(x, w, offsets):
+        rows.append((x.shape[0], int(offsets[-1]), w.shape[0]))
+        return real(x, w, offsets)
+
+    monkeypatch.setattr(moe_dispatch, "expert_mm", counting)
+    model = _tiny("debug-moe")
+    model(torch.randint(0, 512, (2, 16)))
+    cfg = model.config
+    # Per layer three projections (gate, up, down), each over tokens x k rows, not x E.
+    tokens_k = 2 * 16 * cfg.experts_per_token
+    assert rows == [(tokens_k, tokens_k, cfg.num_experts)] * 3 * cfg.num_layers
+
+
+def test_moe_dispatch_is_a_config_choice():
+    with pytest.raises(ConfigError, match="moe_dispatch"):
+        qwen3_config("debug-moe", moe_dispatch="sparse")

@@ -170,6 +170,7 @@ def fsdp_runs() -> dict[str, tuple[dict, list[dict]]]:
 
 
 @pytest.mark.parametrize("precision", list(FSDP_SPECS))
+@pytest.mark.slow
 def test_fsdp2_on_two_cpu_ranks_matches_one_process(fsdp_runs, precision):
     """Data parallel over two gloo ranks gives the loss curve of one process."""
     one, ranks = fsdp_runs[precision]
@@ -182,6 +183,7 @@ def test_fsdp2_on_two_cpu_ranks_matches_one_process(fsdp_runs, precision):
 
 
 @pytest.mark.parametrize("precision", list(FSDP_SPECS))
+@pytest.mark.slow
 def test_fsdp2_shards_every_parameter_in_half_along_dim_0(fsdp_runs, precision):
     """Not replicated: every parameter is a DTensor split Shard(0) over both ranks, each rank
     holding half of it, and kept in fp32 (bf16 is FSDP's compute copy, not what it stores)."""
@@ -219,3 +221,17 @@ def test_moe_flops_count_the_active_experts():
     assert r["params"] == num_params(model, exclude_embedding=True, active=True)
     assert r["params"] < num_params(model, exclude_embedding=True)
     assert r["finite"]
+    # Routed, so those FLOPs are the ones the step does; the record says which GEMM ran.
+    assert r["moe_dispatch"] == "routed: grouped_mm"
+
+
+def test_moe_dispatch_follows_dtype_and_compile():
+    from trainready.models.moe_dispatch import GROUPED_MM, LOOP, implementation
+
+    cpu = torch.device("cpu")
+    # torch's grouped GEMM: no float64; compiled, bf16 only (torch 2.13's meta kernel).
+    assert implementation(cpu, torch.float64, compiling=False) == LOOP
+    assert implementation(cpu, torch.float32, compiling=True) == LOOP
+    assert implementation(cpu, torch.bfloat16, compiling=True) == GROUPED_MM
+    dense = train(TrainSpec(model="debug", seq_len=8, batch_size=2, steps=2, dtype="fp32"))
+    assert dense["moe_dispatch"] is None

@@ -156,8 +156,15 @@ def test_cli_profile_writes_traces_the_diagnostics_and_the_report_name(profiled_
     # The timed steps alone made the numbers: 3 losses, 2 steady steps, metrics as always.
     cold = r.diagnostics["scenarios"]["eager"]["cold"]
     assert len(cold["losses"]) == 3 and cold["steady_steps"] == 2
-    for key in ("compiled_speedup", "eager_cold_tokens_per_s", "compiled_cold_peak_memory_gib"):
+    for key in (
+        "compiled_cold_first_step_x",
+        "eager_cold_tokens_per_s",
+        "compiled_cold_peak_memory_gib",
+    ):
         assert key in r.metrics
+    # Two steady steps per mode support no conclusion: no speedup metric, and the report says why.
+    assert "compiled_speedup" not in r.metrics
+    assert r.diagnostics["rates"]["main"]["speedup"]["why"].startswith("only 2 steady")
     md = (run_dir / "report.md").read_text()
     path = captures["compiled/cold"]["trace"]
     assert f"trainready analyze {path}" in md and f"trainready explore {path}" in md

@@ -11,6 +11,7 @@ import pytest
 
 from tests.clirun import cli
 from trainready.config import ConfigError, RunConfig
+from trainready.core.case import Case, Result
 from trainready.core.context import CaseContext
 from trainready.core.store import Store
 from trainready.report.sections.train import COMPILE_PHASE_COLUMNS, break_even_text
@@ -130,6 +131,75 @@ def test_judge_computes_steady_speed_mfu_and_the_ledger():
     assert m["break_even_step_cold"] == 81.0
     assert m["compiled_cold_compile_s"] == 2.5
     json.dumps(out.diagnostics)
+
+
+def _timed(first_step_s: float, steps: list[float]) -> dict:
+    return {**_record(first_step_s, 0.1, LOSSES), "step_times_s": [steps[0], *steps]}
+
+
+def _noisy_runs(eager: dict[str, list[float]], compiled: dict[str, list[float]]):
+    """Scenarios with these steady step times (one warm-up step before them)."""
+    return {
+        "eager": [Scenario("eager", n, _timed(1.0, ts)) for n, ts in eager.items()],
+        "compiled": [Scenario("compiled", n, _timed(9.0, ts)) for n, ts in compiled.items()],
+    }
+
+
+MAIN = ["cold", "warm", "arch_change"]
+
+
+def test_one_pooled_rate_per_mode_so_speedup_and_break_even_agree():
+    """The report that said "speedup 1.27x" next to "break-even (cold): never": cold's compiled
+    steps measured slower than its eager ones, warm's faster. Pooled, one rate per mode: every
+    scenario's ledger uses it, and a compiled mode faster per step breaks even everywhere."""
+    eager = {"cold": [0.12, 0.13, 0.12, 0.125, 0.13], "warm": [0.16, 0.15, 0.16, 0.155, 0.15],
+             "arch_change": [0.14, 0.145, 0.14, 0.15, 0.14]}  # fmt: skip
+    compiled = {"cold": [0.13, 0.135, 0.14, 0.13, 0.135], "warm": [0.1, 0.11, 0.1, 0.105, 0.1],
+                "arch_change": [0.11, 0.115, 0.11, 0.12, 0.11]}  # fmt: skip
+    params = {**PARAMS, "scenarios": MAIN}
+    out = judge(params, _noisy_runs(eager, compiled), PEAK)
+    rates = out.diagnostics["rates"]["main"]
+    assert rates["eager"]["steady_steps"] == rates["compiled"]["steady_steps"] == 15
+    assert rates["eager"]["step_s"] == pytest.approx(0.14)  # the median of all 15
+    sp = rates["speedup"]
+    assert sp["conclusive"] and sp["interval"][0] > 1, sp
+    assert out.metrics["compiled_speedup"] == pytest.approx(0.14 / rates["compiled"]["step_s"])
+    for name in MAIN:
+        entry = out.diagnostics["ledger"][name]
+        assert entry["tokens_per_s"]["compiled"] == rates["compiled"]["tokens_per_s"]
+        assert entry["break_even_step"] is not None and entry["conclusive"]
+        lo, hi = entry["break_even_range"]
+        assert lo <= entry["break_even_step"] <= hi
+        # Every scenario's rate metrics are its pool's: scenarios differ in their first step only.
+        assert out.metrics[f"compiled_{name}_tokens_per_s"] == rates["compiled"]["tokens_per_s"]
+    # The scenario's own steady steps stay as measured, for the reader.
+    assert out.diagnostics["scenarios"]["compiled"]["cold"]["step_s"] == pytest.approx(0.135)
+
+
+def test_too_wide_a_spread_is_inconclusive_with_why():
+    """One mode's step time differing 17x across scenarios (a machine under load) is no rate."""
+    eager = {"cold": [0.012] * 5, "warm": [0.2] * 5, "arch_change": [0.013] * 5}
+    compiled = {name: [0.01] * 5 for name in MAIN}
+    out = judge({**PARAMS, "scenarios": MAIN}, _noisy_runs(eager, compiled), PEAK)
+    rates = out.diagnostics["rates"]["main"]
+    assert "steady eager steps spread" in rates["eager"]["why"]
+    assert not rates["speedup"]["conclusive"] and rates["speedup"]["why"] == rates["eager"]["why"]
+    assert not out.diagnostics["ledger"]["cold"]["conclusive"]
+    assert "compiled_speedup" not in out.metrics and "break_even_step_cold" not in out.metrics
+    assert out.status == "pass"  # a noisy clock is not a failing device
+
+
+def test_a_speedup_interval_that_includes_one_is_inconclusive():
+    steps = [0.10, 0.11, 0.12, 0.10, 0.11]
+    out = judge(
+        {**PARAMS, "scenarios": ["cold"]},
+        _noisy_runs({"cold": steps}, {"cold": list(reversed(steps))}),
+        PEAK,
+    )
+    sp = out.diagnostics["rates"]["main"]["speedup"]
+    lo, hi = sp["interval"]
+    assert lo < 1 < hi and "includes 1" in sp["why"]
+    assert break_even_text(out.diagnostics["ledger"]["cold"]) == "inconclusive"
 
 
 def test_a_fast_wrong_compiled_run_fails_numerics():
@@ -291,8 +361,55 @@ def test_report_has_a_column_for_every_compile_phase_the_loop_records():
     assert set(COMPILE_PHASE_COLUMNS) == set(COMPILE_PHASES)
 
 
+def test_report_calls_an_inconclusive_speedup_and_break_even_so_and_says_why(tmp_path):
+    from trainready.core.case import Case, Result
+    from trainready.core.store import RunRecord
+    from trainready.report import render
+
+    eager = {"cold": [0.012] * 5, "warm": [0.2] * 5, "arch_change": [0.013] * 5}
+    compiled = {name: [0.01] * 5 for name in MAIN}
+    out = judge({**PARAMS, "scenarios": MAIN}, _noisy_runs(eager, compiled), PEAK)
+    with Store(tmp_path) as store:
+        store.add_run(RunRecord("r1", 1.7e9, ["train"], "cpu", "quick", "fp32", planned=1))
+        store.add_result(
+            "r1", Result(Case("train", "t", {}), out.status, out.metrics, out.diagnostics)
+        )
+        md = render(store, ["r1"], "md")
+        doc = json.loads(render(store, ["r1"], "json"))
+    assert "**compiled steady speedup**: inconclusive — t: steady eager steps spread" in md
+    assert "**break-even step (cold)**: inconclusive — steady eager steps spread" in md
+    heads = {h["label"]: h for h in doc["runs"][0]["headlines"]}
+    assert heads["compiled steady speedup"]["value"] == "inconclusive"
+    # The compiled rate itself is fine: a number, with its interval and sample.
+    assert "95% interval" in heads["compiled tokens/s"]["note"]
+    assert "15 steps" in heads["compiled tokens/s"]["note"]
+
+
+def test_report_names_the_moe_dispatch_that_ran():
+    from trainready.report.sections.train import headlines, rates_table
+
+    runs = _runs()
+    for scenarios in runs.values():
+        for s in scenarios:
+            s.record["moe_dispatch"] = "routed: grouped_mm"
+    out = judge(PARAMS, runs, PEAK)
+    result = Result(Case("train", "moe", {}), out.status, out.metrics, out.diagnostics)
+    assert "MoE dispatch routed: grouped_mm (MFU counts the active experts)" in (
+        rates_table(result, "moe").caption
+    )
+
+    class View:  # the one thing headlines() asks of a run
+        def in_suite(self, suite):
+            return [result]
+
+    tokens = next(s for s in headlines(View()) if s.label == "compiled tokens/s")
+    assert tokens.note.endswith("MoE routed: grouped_mm")
+
+
 def test_break_even_reads_as_a_step_never_or_how_long_compiled_stays_ahead():
     assert break_even_text({"break_even_step": 1296, "ahead_until_step": None}) == "1,296"
+    assert break_even_text({"break_even_step": 12, "break_even_range": [9, 20]}) == "12 (9–20)"
+    assert break_even_text({"break_even_step": 12, "conclusive": False}) == "inconclusive"
     assert break_even_text({"break_even_step": None, "ahead_until_step": None}) == "never"
     assert (
         break_even_text({"break_even_step": None, "ahead_until_step": 451})

@@ -10,8 +10,9 @@ from which the challenger is no slower in total for good: the smallest N with
 total_challenger(M) <= total_baseline(M) for every M >= N. The gap between the totals is linear in
 N, so that is the crossing when the challenger starts slower but is faster per step, 1 when it is
 no slower at either, and None ("never") when it is slower per step — also when it starts faster:
-then it is ahead only for short runs, until `ahead_until_step`. Pure arithmetic: the train suite
-feeds it measurements, and `trainready ledger` feeds it published numbers.
+then it is ahead only for short runs, until `ahead_until_step`. A steady rate known only within
+an interval gives a break-even range (`break_even_range`). Pure arithmetic: the train suite feeds
+it measurements, and `trainready ledger` feeds it published numbers.
 """
 
 from __future__ import annotations
@@ -124,6 +125,26 @@ def ahead_until_step(baseline: Mode, challenger: Mode, tokens_per_step: float) -
     return _last_true(ahead, 1 + math.floor(-lead / gain))
 
 
+def break_even_range(
+    baseline: Mode, challenger: Mode, tokens_per_step: float, speedup: Sequence[float]
+) -> tuple[int | None, int | None]:
+    """The break-even step at both ends of an interval (lo, hi) of the challenger's speedup (its
+    steady tokens/s over the baseline's), the first steps as given: (at hi, at lo), the earlier
+    first; None where it never comes. A measured rate is uncertain; this is what that
+    uncertainty does to the break-even step."""
+    lo, hi = speedup
+    if not (0 < lo <= hi and math.isfinite(hi)):
+        raise ConfigError(f"a speedup interval needs 0 < lo <= hi, got {lo!r}, {hi!r}")
+
+    def at(ratio: float) -> Mode:
+        return Mode(challenger.name, challenger.first_step_s, baseline.tokens_per_s * ratio)
+
+    return (
+        break_even_step(baseline, at(hi), tokens_per_step),
+        break_even_step(baseline, at(lo), tokens_per_step),
+    )
+
+
 def totals(
     modes: Sequence[Mode], tokens_per_step: float, steps: Iterable[int]
 ) -> dict[str, dict[int, float]]:
@@ -134,11 +155,16 @@ def totals(
 
 
 def ledger(
-    modes: Sequence[Mode], tokens_per_step: float, steps: Sequence[int] = DEFAULT_STEPS
+    modes: Sequence[Mode],
+    tokens_per_step: float,
+    steps: Sequence[int] = DEFAULT_STEPS,
+    speedup: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """The calculator's answer: totals of every mode at every N, the break-even step of the second
     mode against the first (None with fewer than two modes, or when it never comes) and, for a
-    second mode that starts faster but loses per step, the last step it is still ahead."""
+    second mode that starts faster but loses per step, the last step it is still ahead. With
+    `speedup`, an interval (lo, hi) of the second mode's steady rate over the first's, also the
+    break-even range over it and whether it is conclusive (the interval does not include 1)."""
     if not modes:
         raise ConfigError("give at least one mode")
     names = [m.name for m in modes]
@@ -148,7 +174,7 @@ def ledger(
         raise ConfigError("give at least one step count")
     for n in steps:
         _check_steps(n)
-    return {
+    result = {
         "totals": totals(modes, tokens_per_step, sorted(set(steps))),
         "break_even_step": (
             break_even_step(modes[0], modes[1], tokens_per_step) if len(modes) > 1 else None
@@ -156,6 +182,27 @@ def ledger(
         "ahead_until_step": (
             ahead_until_step(modes[0], modes[1], tokens_per_step) if len(modes) > 1 else None
         ),
+    }
+    if speedup is not None:
+        result.update(_uncertain(modes, tokens_per_step, speedup))
+    return result
+
+
+def _uncertain(
+    modes: Sequence[Mode], tokens_per_step: float, speedup: Sequence[float]
+) -> dict[str, Any]:
+    """The break-even range over a speedup interval, and whether the interval decides it."""
+    if len(modes) != 2:
+        raise ConfigError("a speedup interval needs exactly two modes")
+    lo, hi = speedup
+    point = modes[1].tokens_per_s / modes[0].tokens_per_s
+    if not lo <= point <= hi:
+        raise ConfigError(
+            f"the speedup interval {lo:g}-{hi:g} must contain the modes' own speedup {point:.4g}"
+        )
+    return {
+        "break_even_range": list(break_even_range(modes[0], modes[1], tokens_per_step, speedup)),
+        "conclusive": not lo <= 1 <= hi,
     }
 
 
@@ -192,12 +239,30 @@ def parse_steps(text: str) -> list[int]:
     return steps
 
 
+def parse_interval(text: str) -> tuple[float, float]:
+    """'1.1,1.4' -> (1.1, 1.4): a speedup interval, 0 < LO <= HI."""
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"malformed --speedup-interval {text!r}: expected LO,HI, e.g. 1.1,1.4"
+        ) from None
+    if not (0 < lo <= hi and math.isfinite(hi)):
+        raise ConfigError(f"malformed --speedup-interval {text!r}: expected 0 < LO <= HI")
+    return lo, hi
+
+
 def to_json(result: dict[str, Any]) -> dict[str, Any]:
     """The calculator's JSON, exactly {"totals": {NAME: {"N": seconds}}, "break_even_step": int or
-    null} (JSON keeps object keys as strings: N becomes "N")."""
-    return {
+    null} (JSON keeps object keys as strings: N becomes "N"), plus "break_even_range": [int or
+    null, int or null] and "conclusive": bool when a speedup interval was given."""
+    doc = {
         "totals": {
             name: {str(n): s for n, s in by_n.items()} for name, by_n in result["totals"].items()
         },
         "break_even_step": result["break_even_step"],
     }
+    for key in ("break_even_range", "conclusive"):
+        if key in result:
+            doc[key] = result[key]
+    return doc

@@ -17,6 +17,10 @@ It measures two clocks:
   the train suite records the whole process's time apart (`process_s`);
 - steady steps: every later step, timed on the device (events where the backend has them).
 
+MoE sizes dispatch routed (each token through its k experts only, `models.moe_dispatch`), so the
+FLOPs per token (active parameters only) are the FLOPs the step does; the record says which
+grouped GEMM ran (`moe_dispatch`).
+
 `train(spec)` returns a JSON-able record (losses of every step included). `python -m
 trainready.training SPEC.json OUT.json` runs one in a fresh process, which is how the train suite
 gets cold and warm compile caches; `rank_train` is the same for `trainready.launch` ranks.
@@ -52,6 +56,7 @@ from trainready.device import (
     reset_peak_memory,
     synchronize,
 )
+from trainready.models.moe_dispatch import implementation as moe_implementation
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
 from trainready.probes.compile import CompileProbe
 from trainready.probes.flops import training_flops_per_token
@@ -320,6 +325,20 @@ def first_step(
     return step, value, time.perf_counter() - t0, parts
 
 
+def moe_dispatch(model: Qwen3, spec: TrainSpec, device: str) -> str | None:
+    """How the MoE layers dispatch tokens in this run (None for a dense model): "routed:
+    grouped_mm", "routed: loop over experts" or "dense: ...". Called before the clock starts, so
+    trying torch's grouped GEMM on the device once is not billed to the first step."""
+    config = model.config
+    if not config.is_moe:
+        return None
+    if config.moe_dispatch == "dense":
+        return "dense: every expert on every token"
+    dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+    how = moe_implementation(torch.device(device), dtype, compiling=spec.compile != "none")
+    return f"routed: {how}"
+
+
 OPS_KEPT = 40  # aten ops kept in the record, most called first
 
 
@@ -347,6 +366,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         tokens = synthetic_tokens(spec.seed, i, spec.batch_size, spec.seq_len, config.vocab_size)
         return rank_slice(tokens, rank, world).to(device)
 
+    dispatch = moe_dispatch(model, spec, device)
     synchronize(device)
     reset_peak_memory(device)
     timer = Timer(device)
@@ -374,6 +394,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         "losses": losses,
         "tokens_per_step": spec.tokens_per_step,
         "params": params,
+        "moe_dispatch": dispatch,
         "flops_per_token": training_flops_per_token(
             params, config.num_layers, config.num_heads, config.head_dim, spec.seq_len
         ),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from trainready.clikit import console, guard
+
+if TYPE_CHECKING:
+    from trainready.ledger import Mode
 
 
 def duration(seconds: float) -> str:
@@ -34,8 +37,16 @@ def _text(result: dict, modes: list, tokens_per_step: float) -> None:
     console.print(table)
     if len(modes) < 2:
         return
-    base, challenger = modes[0], modes[1]
+    console.print(_break_even_line(result, modes[0], modes[1]), highlight=False)
+
+
+def _break_even_line(result: dict, base: Mode, challenger: Mode) -> str:
     n, until = result["break_even_step"], result["ahead_until_step"]
+    if result.get("conclusive") is False:
+        return (
+            "break-even: inconclusive — the speedup interval includes 1: either "
+            f"{challenger.name} or {base.name} could be the faster per step"
+        )
     if until is not None:
         line = (
             f"break-even: never — {challenger.name} starts no slower than {base.name} but is "
@@ -53,7 +64,10 @@ def _text(result: dict, modes: list, tokens_per_step: float) -> None:
         )
     else:
         line = f"break-even: {challenger.name} catches up with {base.name} at step {n:,}"
-    console.print(line, highlight=False)
+        if "break_even_range" in result:
+            lo, hi = result["break_even_range"]
+            line += f" (between steps {lo:,} and {hi:,} over the speedup interval)"
+    return line
 
 
 def register(app: typer.Typer) -> None:
@@ -73,11 +87,20 @@ def register(app: typer.Typer) -> None:
         steps: Annotated[
             str | None, typer.Option(help="Step counts N, comma-separated (default 1,10,…,1e5).")
         ] = None,
+        speedup_interval: Annotated[
+            str | None,
+            typer.Option(
+                help="LO,HI: an interval of the second mode's steady tokens/s over the first's "
+                "(e.g. a 95% confidence interval); adds the break-even range over it, and calls "
+                "the break-even inconclusive when it includes 1."
+            ),
+        ] = None,
         as_json: Annotated[
             bool,
             typer.Option(
                 "--json",
-                help='Print {"totals": {NAME: {"N": seconds}}, "break_even_step": int | null}.',
+                help='Print {"totals": {NAME: {"N": seconds}}, "break_even_step": int | null}, '
+                'with --speedup-interval also "break_even_range" and "conclusive".',
             ),
         ] = False,
     ) -> None:
@@ -90,7 +113,10 @@ def register(app: typer.Typer) -> None:
         step_counts = (
             arithmetic.parse_steps(steps) if steps is not None else list(arithmetic.DEFAULT_STEPS)
         )
-        result = arithmetic.ledger(modes, tokens_per_step, step_counts)
+        interval = (
+            arithmetic.parse_interval(speedup_interval) if speedup_interval is not None else None
+        )
+        result = arithmetic.ledger(modes, tokens_per_step, step_counts, interval)
         if as_json:
             print(json.dumps(arithmetic.to_json(result)))
         else:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from trainready.config import ConfigError
+from trainready.config import ConfigError, check_choice
 from trainready.models.blocks import ACTIVATIONS, Decoder, DecoderConfig, num_params
+from trainready.models.moe_dispatch import use_routed_dispatch
 from trainready.models.specs import ModelSpec, get_spec
+
+MOE_DISPATCH = ("routed", "dense")
 
 __all__ = ["Qwen3", "Qwen3Config", "num_params", "qwen3_config", "qwen3_sizes"]
 
@@ -42,6 +45,7 @@ class Qwen3Config:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     aux_loss_coef: float = 0.001  # HF Qwen3-MoE's router_aux_loss_coef
+    moe_dispatch: str = "routed"  # "routed" (each token to its k experts) or "dense" (all E)
     # Ablations: swap the gate activation (e.g. "gelu": SwiGLU -> GeGLU), add post-sublayer norms.
     mlp_activation: str = "silu"
     extra_norm: bool = False
@@ -51,6 +55,7 @@ class Qwen3Config:
             raise ConfigError(
                 f"unknown mlp_activation {self.mlp_activation!r}; valid: {', '.join(ACTIVATIONS)}"
             )
+        check_choice("moe_dispatch", self.moe_dispatch, MOE_DISPATCH)
         self.decoder_config()  # validates the sizes
 
     @property
@@ -169,3 +174,5 @@ class Qwen3(Decoder):
     def __init__(self, config: Qwen3Config):
         super().__init__(config.decoder_config())
         self.config = config
+        if config.moe_dispatch == "routed":
+            use_routed_dispatch(self)

@@ -21,15 +21,20 @@ running on the same machine, which --jobs, --shard and --resume do not promise; 
 run is self-contained, and --resume redoes an unfinished case whole. (Two cases running at once
 on one device, with --jobs > 1, disturb each other's timing, as in every timing suite.)
 
-Measured per mode and scenario: the first step (model on the device to the first step's loss,
-with setup, forward, backward and optimizer apart), steady step time and tokens/s (median of the
-steps after `warmup`, with the interquartile spread), MFU (TorchTitan's 6N + 12LHQT FLOPs per token
-against the run's peak for the dtype), peak memory, and the loss of every step. Then:
+The modes take turns, scenario by scenario (eager cold, compiled cold, eager warm, ...), so load
+that drifts over the case slows both alike. Measured per mode and scenario: the first step (model
+on the device to the first step's loss, with setup, forward, backward and optimizer apart), the
+steady steps (after `warmup`), peak memory, and the loss of every step. Then:
 
+- one steady rate per mode: the median of the steady steps of every scenario at the configured
+  shape (shape_change, at another, gets its own), with a bootstrap interval and the spread; tokens/s
+  and MFU (TorchTitan's 6N + 12LHQT FLOPs per token against the run's peak for the dtype) from it,
+  and the speedup, "inconclusive" with the reason when the steps cannot support it;
 - parity: the compiled loss curve against the eager one, scenario by scenario, step by step
   (`probes.numerics.loss_curve_compare`); a fast wrong run is `fail_numerics`;
-- the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, and the
-  break-even step of compiled against eager per scenario (`trainready.ledger`).
+- the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, each
+  scenario's own first step at its pool's rate, and the break-even step of compiled against eager
+  per scenario with its range over the speedup's interval (`trainready.ledger`).
 
 Options (`--set KEY=VALUE`; defaults for the cpu / for accelerators): model (debug / 1.7B),
 seq_len (64 / 4096), batch_size (4 / 2, global), steps (8 / 30), warmup (2 / 5), compile
@@ -75,12 +80,32 @@ from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.ops import fell_back
 from trainready.probes.timing import TimingStats
+from trainready.stats import CONFIDENCE, median_interval, ratio_interval, spread_why
 from trainready.suites import train_profile
 from trainready.training import TrainSpec
 
 NAME = "train"
 DEFAULT_DTYPE = "bf16"
 DEFAULT_BUDGET_S = 3600.0
+# The --set options this suite reads, checked before a run starts (see core/options.py).
+OPTIONS = {
+    "model": str,
+    "seq_len": range(1, 1 << 24),
+    "batch_size": range(1, 1 << 20),
+    "steps": range(2, 1_000_001),
+    "warmup": range(0, 1_000_000),
+    "lr": float,
+    "compile": ("blocks", "model"),
+    "precision": ("autocast", "bf16_params"),
+    "ac": bool,
+    "arch_change": ("activation", "norm"),
+    "shape_seq_len": range(1, 1 << 24),
+    "scenarios": ["cold", "warm", "arch_change", "shape_change"],
+    "compile_backend": str,
+    "nproc": range(1, 1025),
+    "pg_backend": str,
+    "profile": bool,
+}
 
 MODES = ("eager", "compiled")
 SCENARIOS = ("cold", "warm", "arch_change", "shape_change")
@@ -423,37 +448,92 @@ def profiled_scenario(p: dict[str, Any]) -> str | None:
     return "warm" if "warm" in p["scenarios"] else "cold"
 
 
+@dataclass
+class _ModeRun:
+    """One mode's scenarios so far, with the compile cache they share (empty at the start)."""
+
+    mode: str
+    env: dict[str, str]
+    why_unsupported: str | None  # the backend cannot compile for the device: nothing runs
+    done: list[Scenario] = field(default_factory=list)
+
+
+def _mode_run(p: dict[str, Any], ctx: CaseContext, mode: str, root: Path) -> _ModeRun:
+    why = backend_unsupported(p["compile_backend"], ctx.device) if mode == "compiled" else None
+    return _ModeRun(mode, compile_cache_env(ctx.device, root / mode / "cache"), why)
+
+
+def _run_next(
+    p: dict[str, Any], ctx: CaseContext, m: _ModeRun, name: str, root: Path, deadline: float
+) -> None:
+    """Run scenario `name` of mode `m` (after the ones `m` has done) and add it to `m.done`."""
+    spec = scenario_spec(p, ctx.device, m.mode, name)
+    if m.why_unsupported is not None:  # known before starting a process: say so, spend nothing
+        m.done.append(
+            Scenario(
+                m.mode, name, status="unsupported", error=m.why_unsupported, spec=spec.to_json()
+            )
+        )
+        return
+    if m.done and m.done[0].record is None:
+        m.done.append(
+            Scenario(m.mode, name, status="skipped", error="cold failed", spec=spec.to_json())
+        )
+        return
+    work = root / m.mode / name
+    with ctx.phase(f"{m.mode}/{name}"):
+        if name == profiled_scenario(p):
+            s = train_profile.run_profiled(
+                functools.partial(_run_as_profiled, p, m.env, work, deadline),
+                ctx, spec, m.env, work, (m.mode, name), p["dtype"],
+            )  # fmt: skip
+        else:
+            s = _run(p, spec, m.env, work, deadline)
+    s.mode, s.name, s.spec = m.mode, name, spec.to_json()
+    m.done.append(s)
+
+
 def run_mode(p: dict[str, Any], ctx: CaseContext, mode: str, root: Path, deadline: float):
     """The scenarios of one mode in order, sharing one compile cache that starts empty."""
-    cache = root / mode / "cache"
-    env = compile_cache_env(ctx.device, cache)
-    out: list[Scenario] = []
-    why = backend_unsupported(p["compile_backend"], ctx.device) if mode == "compiled" else None
+    m = _mode_run(p, ctx, mode, root)
     for name in p["scenarios"]:
-        spec = scenario_spec(p, ctx.device, mode, name)
-        if why is not None:  # known before starting a process: say so, spend nothing
-            out.append(Scenario(mode, name, status="unsupported", error=why, spec=spec.to_json()))
-            continue
-        if out and out[0].record is None:
-            out.append(
-                Scenario(mode, name, status="skipped", error="cold failed", spec=spec.to_json())
-            )
-            continue
-        work = root / mode / name
-        with ctx.phase(f"{mode}/{name}"):
-            if name == profiled_scenario(p):
-                s = train_profile.run_profiled(
-                    functools.partial(_run_as_profiled, p, env, work, deadline),
-                    ctx, spec, env, work, (mode, name), p["dtype"],
-                )  # fmt: skip
-            else:
-                s = _run(p, spec, env, work, deadline)
-        s.mode, s.name, s.spec = mode, name, spec.to_json()
-        out.append(s)
-    return out
+        _run_next(p, ctx, m, name, root, deadline)
+    return m.done
+
+
+def run_modes(
+    p: dict[str, Any], ctx: CaseContext, root: Path, deadline: float
+) -> dict[str, list[Scenario]]:
+    """Both modes, scenario by scenario (eager cold, compiled cold, eager warm, ...): on a machine
+    whose load drifts, both modes then run under much the same load, so the speedup stays fair.
+    Each mode still has its own cache and runs its scenarios in order."""
+    runs = [_mode_run(p, ctx, mode, root) for mode in MODES]
+    for name in p["scenarios"]:
+        for m in runs:
+            _run_next(p, ctx, m, name, root, deadline)
+    return {m.mode: m.done for m in runs}
 
 
 # --- judging and summarising ------------------------------------------------------------------------
+
+
+# One steady rate per mode. The scenarios at the configured shape (cold, warm, arch_change) differ
+# in what their first step pays, not in what a steady step costs, so their steady steps are pooled
+# into one rate; shape_change trains another sequence length and gets its own. (Measured apart,
+# each scenario's rate carried its own noise, and the conclusions flipped between scenarios.)
+MAIN_POOL = "main"
+OWN_POOL = {"shape_change": "shape_change"}  # scenario -> its pool; every other: MAIN_POOL
+
+# A rate supports a conclusion (else it, the speedup and the break-even steps read
+# "inconclusive") with at least stats.MIN_SAMPLES steady steps per mode, a spread (IQR / median of
+# the pooled steps) of at most stats.MAX_SPREAD (above it the steps do not share one rate: a busy
+# machine, a noisy clock, scenarios running at different speeds) and, for the speedup, when its
+# stats.CONFIDENCE interval lies on one side of 1: otherwise either mode could be the faster per
+# step, so whether compiled ever breaks even is not known.
+
+
+def pool_of(scenario: str) -> str:
+    return OWN_POOL.get(scenario, MAIN_POOL)
 
 
 def steady(record: dict[str, Any], warmup: int) -> TimingStats:
@@ -461,36 +541,140 @@ def steady(record: dict[str, Any], warmup: int) -> TimingStats:
     return TimingStats.from_samples(record["step_times_s"][warmup:], record["clock"])
 
 
-def scenario_summary(
-    s: Scenario, warmup: int, peak: dict[str, Any] | None
-) -> dict[str, Any] | None:
+def scenario_summary(s: Scenario, warmup: int) -> dict[str, Any] | None:
+    """What one scenario measured. Its own steady steps are kept as observed (`step_s`,
+    `spread`, `steady_times_s`), but the mode's rate pools them with its pool's other scenarios'."""
     if s.record is None:
         return None
     r = s.record
     stats = steady(r, warmup)
-    tokens_per_s = r["tokens_per_step"] / stats.median_s
-    summary = {
+    return {
         "first_step_s": r["first_step_s"],
         "first_step_phases": r["first_step_phases"],
         "step_s": stats.median_s,
         "spread": stats.spread,
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_step": r["tokens_per_step"],
-        "first_step_x": r["first_step_s"] / stats.median_s,
         "steady_steps": stats.repeats,
+        "steady_times_s": stats.samples,
+        "tokens_per_step": r["tokens_per_step"],
         "clock": stats.clock,
         "losses": r["losses"],
         "flops_per_token": r["flops_per_token"],
         "params": r["params"],
+        "moe_dispatch": r.get("moe_dispatch"),
         "world_size": r["world_size"],
         "peak_memory_bytes": r.get("peak_memory_bytes"),
         "memory_source": r.get("memory_source"),
         "process_s": s.process_s,
         "compile": _compile_summary(r.get("compile") or {}),
     }
+
+
+def _steady_samples(by_scenario: dict[str, Any], names: list[str]) -> list[float]:
+    return [x for n in names if by_scenario.get(n) for x in by_scenario[n]["steady_times_s"]]
+
+
+def steady_rate(
+    mode: str, by_scenario: dict[str, Any], names: list[str], peak: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """One mode's steady rate over the scenarios `names`: the median of all their steady steps,
+    its bootstrap interval and the IQR spread; tokens/s and MFU from them; why it is
+    inconclusive, if it is."""
+    found = [n for n in names if by_scenario.get(n)]
+    if not found:
+        return None
+    first = by_scenario[found[0]]
+    samples = _steady_samples(by_scenario, found)
+    stats = TimingStats.from_samples(samples, first["clock"])
+    lo, hi = median_interval(samples)
+    k = first["tokens_per_step"]
+    rate = {
+        "scenarios": found,
+        "steady_steps": stats.repeats,
+        "step_s": stats.median_s,
+        "step_s_interval": [lo, hi],
+        "spread": stats.spread,
+        "tokens_per_step": k,
+        "tokens_per_s": k / stats.median_s,
+        "tokens_per_s_interval": [k / hi, k / lo],
+        "clock": stats.clock,
+        "why": spread_why(f"steady {mode} steps", stats.spread, stats.repeats) or "",
+    }
     if peak and peak.get("flops"):
-        summary["mfu"] = r["flops_per_token"] * tokens_per_s / r["world_size"] / peak["flops"]
-    return summary
+        per_token = first["flops_per_token"] / first["world_size"] / peak["flops"]
+        rate["mfu"] = per_token * rate["tokens_per_s"]
+        rate["mfu_interval"] = [per_token * v for v in rate["tokens_per_s_interval"]]
+    return rate
+
+
+def inconclusive_why(rates: dict[str, dict[str, Any]], interval: list[float]) -> str | None:
+    """Why the rates support no conclusion about which mode is faster per step; None if they do."""
+    for rate in rates.values():
+        if rate["why"]:
+            return rate["why"]
+    lo, hi = interval
+    if lo <= 1 <= hi:
+        return (
+            f"the speedup's {CONFIDENCE:.0%} interval {lo:.3g}–{hi:.3g}× includes 1: "
+            "either mode could be the faster per step"
+        )
+    return None
+
+
+def speedup(
+    by_mode: dict[str, dict[str, Any]], names: list[str], rates: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Compiled over eager steady speed on the pooled steps, with its bootstrap interval and
+    whether it is conclusive (and why not)."""
+    samples = {mode: _steady_samples(by_mode[mode], names) for mode in MODES}
+    lo, hi = ratio_interval(samples["eager"], samples["compiled"])
+    why = inconclusive_why(rates, [lo, hi])
+    return {
+        "value": rates["eager"]["step_s"] / rates["compiled"]["step_s"],
+        "interval": [lo, hi],
+        "conclusive": why is None,
+        "why": why or "",
+    }
+
+
+def pooled_rates(
+    p: dict[str, Any], summaries: dict[str, dict[str, Any]], peak: dict[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """{pool: {"eager": rate, "compiled": rate, "speedup": ...}}: each mode's rate per pool, and
+    the speedup where both modes have one."""
+    pools: dict[str, list[str]] = {}
+    for name in p["scenarios"]:
+        pools.setdefault(pool_of(name), []).append(name)
+    out: dict[str, dict[str, Any]] = {}
+    for pool, names in pools.items():
+        by_mode = {mode: summaries.get(mode, {}) for mode in MODES}
+        rates = {m: r for m in MODES if (r := steady_rate(m, by_mode[m], names, peak)) is not None}
+        if len(rates) == len(MODES):
+            rates["speedup"] = speedup(by_mode, names, rates)
+        if rates:
+            out[pool] = rates
+    return out
+
+
+def scenario_ledger(
+    eager: dict[str, Any], compiled: dict[str, Any], pool: str, rates: dict[str, Any]
+) -> dict[str, Any]:
+    """A scenario's ledger: its own first steps, its pool's steady rates. The break-even range is
+    the break-even at the two ends of the speedup's interval (the first steps as measured)."""
+    k = rates["eager"]["tokens_per_step"]
+    e = ledger.Mode("eager", eager["first_step_s"], rates["eager"]["tokens_per_s"])
+    c = ledger.Mode("compiled", compiled["first_step_s"], rates["compiled"]["tokens_per_s"])
+    sp = rates["speedup"]
+    return {
+        "rate": pool,
+        "tokens_per_step": k,
+        "first_step_s": {"eager": e.first_step_s, "compiled": c.first_step_s},
+        "tokens_per_s": {"eager": e.tokens_per_s, "compiled": c.tokens_per_s},
+        "break_even_step": ledger.break_even_step(e, c, k),
+        "ahead_until_step": ledger.ahead_until_step(e, c, k),
+        "break_even_range": list(ledger.break_even_range(e, c, k, sp["interval"])),
+        "conclusive": sp["conclusive"],
+        "why": sp["why"],
+    }
 
 
 def _compile_summary(c: dict[str, Any]) -> dict[str, Any]:
@@ -514,21 +698,51 @@ def _worst(statuses: list[str]) -> str:
     return "unsupported" if "unsupported" in statuses else "pass"
 
 
-def judge(
-    p: dict[str, Any], runs: dict[str, list[Scenario]], peak: dict[str, Any] | None
-) -> Outcome:
-    warmup, tol = p["warmup"], PARITY_REL_TOL[p["dtype"]]
-    summaries = {
-        mode: {s.name: scenario_summary(s, warmup, peak) for s in scenarios}
-        for mode, scenarios in runs.items()
-    }
-    statuses = [s.status for scenarios in runs.values() for s in scenarios]
-    problems = {
+def _problems(runs: dict[str, list[Scenario]]) -> dict[str, dict[str, Any]]:
+    return {
         f"{s.mode}/{s.name}": {"status": s.status, "error": s.error, "detail": s.detail[-1500:]}
         for scenarios in runs.values()
         for s in scenarios
         if s.status != "pass"
     }
+
+
+def _add_first_step_x(summaries: dict[str, dict[str, Any]], rates: dict[str, Any]) -> None:
+    """Each first step in steady steps of its mode's pooled rate."""
+    for mode, by_scenario in summaries.items():
+        for name, summary in by_scenario.items():
+            rate = rates.get(pool_of(name), {}).get(mode)
+            if summary and rate:
+                summary["first_step_x"] = summary["first_step_s"] / rate["step_s"]
+
+
+def _error(problems: dict[str, Any], parity: dict[str, Any], tol: float) -> str | None:
+    """The case's error line: the first failed scenario, else the first diverging loss curve."""
+    if problems:
+        where, problem = next(iter(problems.items()))
+        return f"{where}: {problem.get('error')}"
+    bad = next((k for k, v in parity.items() if not v["ok"]), None)
+    if bad is None:
+        return None
+    v = parity[bad]
+    return (
+        f"compiled loss differs from eager in {bad} from step {v['first_diverging_step']} "
+        f"(max rel dev {v['max_rel_dev']:.3g} > {tol:g})"
+    )
+
+
+def judge(
+    p: dict[str, Any], runs: dict[str, list[Scenario]], peak: dict[str, Any] | None
+) -> Outcome:
+    warmup, tol = p["warmup"], PARITY_REL_TOL[p["dtype"]]
+    summaries = {
+        mode: {s.name: scenario_summary(s, warmup) for s in scenarios}
+        for mode, scenarios in runs.items()
+    }
+    rates = pooled_rates(p, summaries, peak)
+    _add_first_step_x(summaries, rates)
+    statuses = [s.status for scenarios in runs.values() for s in scenarios]
+    problems = _problems(runs)
     parity: dict[str, Any] = {}
     ledgers: dict[str, Any] = {}
     for name in p["scenarios"]:
@@ -542,17 +756,14 @@ def judge(
         parity[name] = loss_curve_compare(eager["losses"], compiled["losses"], tol)
         if not parity[name]["ok"]:
             statuses.append("fail_numerics")
-        e = ledger.Mode("eager", eager["first_step_s"], eager["tokens_per_s"])
-        c = ledger.Mode("compiled", compiled["first_step_s"], compiled["tokens_per_s"])
-        ledgers[name] = {
-            "tokens_per_step": eager["tokens_per_step"],
-            "break_even_step": ledger.break_even_step(e, c, eager["tokens_per_step"]),
-            "ahead_until_step": ledger.ahead_until_step(e, c, eager["tokens_per_step"]),
-        }
-    metrics = _metrics(summaries, ledgers, parity)
+        pool = rates.get(pool_of(name), {})
+        if "speedup" in pool:
+            ledgers[name] = scenario_ledger(eager, compiled, pool_of(name), pool)
+    metrics = _metrics(summaries, rates, ledgers, parity)
     ops = _ops(runs)
     diagnostics: dict[str, Any] = {
         "scenarios": summaries,
+        "rates": rates,
         "ledger": ledgers,
         "parity": parity,
         "parity_rel_tol": tol,
@@ -568,15 +779,9 @@ def judge(
     }
     if problems:
         diagnostics["problems"] = problems
-        first = next(iter(problems.items()))
-        diagnostics["error"] = f"{first[0]}: {first[1].get('error')}"
-    elif any(not v["ok"] for v in parity.values()):
-        bad = next(k for k, v in parity.items() if not v["ok"])
-        v = parity[bad]
-        diagnostics["error"] = (
-            f"compiled loss differs from eager in {bad} from step {v['first_diverging_step']} "
-            f"(max rel dev {v['max_rel_dev']:.3g} > {tol:g})"
-        )
+    error = _error(problems, parity, tol)
+    if error:
+        diagnostics["error"] = error
     return Outcome(_worst(statuses), metrics, diagnostics)
 
 
@@ -595,30 +800,47 @@ def _profiles(runs: dict[str, list[Scenario]]) -> dict[str, Any]:
 
 
 def _metrics(
-    summaries: dict[str, dict[str, Any]], ledgers: dict[str, Any], parity: dict[str, Any]
+    summaries: dict[str, dict[str, Any]],
+    rates: dict[str, dict[str, Any]],
+    ledgers: dict[str, Any],
+    parity: dict[str, Any],
 ) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    eager, compiled = summaries.get("eager", {}), summaries.get("compiled", {})
-    # Headline first (reports show the first few): steady speedup, the cold first step in
-    # steady compiled steps, and the cold break-even step.
-    ref = "warm" if eager.get("warm") and compiled.get("warm") else "cold"
-    if eager.get(ref) and compiled.get(ref):
-        metrics["compiled_speedup"] = compiled[ref]["tokens_per_s"] / eager[ref]["tokens_per_s"]
-    if compiled.get("cold"):
-        metrics["compiled_cold_first_step_x"] = compiled["cold"]["first_step_x"]
+    # Headline first (reports show the first few): the steady speedup and break-even steps where
+    # conclusive (an inconclusive one is no number to compare runs by), then the cold first step
+    # in steady compiled steps.
+    sp = rates.get(MAIN_POOL, {}).get("speedup")
+    if sp and sp["conclusive"]:
+        metrics["compiled_speedup"] = sp["value"]
+    cold = summaries.get("compiled", {}).get("cold")
+    if cold and "first_step_x" in cold:
+        metrics["compiled_cold_first_step_x"] = cold["first_step_x"]
     for name, entry in ledgers.items():
-        if entry["break_even_step"] is not None:
+        if entry["conclusive"] and entry["break_even_step"] is not None:
             metrics[f"break_even_step_{name}"] = float(entry["break_even_step"])
     if parity:
         metrics["parity_max_rel_dev"] = max(v["max_rel_dev"] for v in parity.values())
+    metrics.update(_scenario_metrics(summaries, rates))
+    return metrics
+
+
+def _scenario_metrics(
+    summaries: dict[str, dict[str, Any]], rates: dict[str, dict[str, Any]]
+) -> dict[str, float]:
+    """MODE_SCENARIO_KEY: each scenario's first step, memory and compile, and the steady rate of
+    its pool (step_s, tokens_per_s, spread, mfu: the same for every scenario of a pool). Its own
+    steady steps stay in the diagnostics."""
+    metrics = {}
     for mode, by_scenario in summaries.items():
         for name, s in by_scenario.items():
             if s is None:
                 continue
             prefix = f"{mode}_{name}_"
-            for key in ("first_step_s", "step_s", "tokens_per_s", "spread", "mfu"):
-                if key in s:
-                    metrics[prefix + key] = float(s[key])
+            metrics[prefix + "first_step_s"] = float(s["first_step_s"])
+            rate = rates.get(pool_of(name), {}).get(mode, {})
+            for key in ("step_s", "tokens_per_s", "spread", "mfu"):
+                if key in rate:
+                    metrics[prefix + key] = float(rate[key])
             if s.get("peak_memory_bytes") is not None:
                 metrics[prefix + "peak_memory_gib"] = s["peak_memory_bytes"] / 2**30
             if mode == "compiled":
@@ -636,7 +858,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
     deadline = time.monotonic() + ctx.budget_s
     root = Path(tempfile.mkdtemp(prefix="trainready-train-"))
     try:
-        runs = {mode: run_mode(p, ctx, mode, root, deadline) for mode in MODES}
+        runs = run_modes(p, ctx, root, deadline)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return judge(p, runs, ctx.peak(p["dtype"]))

@@ -1,7 +1,9 @@
 """The train suite as a researcher reads it: both clocks of every mode and scenario, and the ledger.
 
-Per case: a table of the first step (with its parts) and the steady speed of eager and compiled in
-each scenario (cold, warm, arch_change, shape_change); compiled mode's compile time by phase
+Per case: a table of the first step (with its parts) and each scenario's own steady steps, eager
+and compiled (cold, warm, arch_change, shape_change); the steady rate per mode, pooled over the
+scenarios at a shape, with its interval, spread, MFU and the speedup, or why it is inconclusive
+(the headlines say the same); compiled mode's compile time by phase
 (Dynamo, backend forward and backward, kernel compile wait); the break-even step of compiled against
 eager per scenario; a chart of total time against the number of steps, where the lines cross
 at the break-even step; and, for a run with --profile, the traces captured (relative to the run
@@ -20,6 +22,7 @@ from trainready.report.blocks import Block, Chart, Column, Stat, Table, Text, nu
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 from trainready.report.sections import host
+from trainready.stats import CONFIDENCE, MAX_SPREAD, MIN_SAMPLES
 
 SUITE = "train"
 # Shown in the drill-down and compared across runs: the steady speedup, both first-step clocks of
@@ -77,60 +80,110 @@ def _label(run: RunView, r: Result, multi: bool) -> str:
     return f"{run.label}: {r.case.name}" if multi else r.case.name
 
 
+INCONCLUSIVE = "inconclusive"
+
+
+def _rates(r: Result, pool: str = "main") -> dict:
+    rates = r.diagnostics.get("rates")
+    return rates.get(pool, {}) if isinstance(rates, dict) else {}
+
+
+def _interval(bounds: list, show) -> str:  # noqa: ANN001 - a fmt function
+    return f"{show(bounds[0])}–{show(bounds[1])}"
+
+
+def _steps(rate: dict) -> str:
+    return f"{rate['steady_steps']} steps, spread {fmt.percent(rate['spread'])}"
+
+
+def speedup_stat(r: Result) -> Stat | None:
+    """Compiled over eager steady speed (pooled steps), with its interval, or why inconclusive."""
+    rates = _rates(r)
+    sp = rates.get("speedup")
+    if not sp:
+        return None
+    interval = f"{CONFIDENCE:.0%} interval {_interval(sp['interval'], fmt.ratio)}"
+    measured = f"{fmt.ratio(sp['value'])}, {interval}"
+    sample = (
+        f"eager {_steps(rates['eager'])}, compiled {_steps(rates['compiled'])}, pooled over "
+        f"{', '.join(rates['eager']['scenarios'])}"
+    )
+    label = "compiled steady speedup"
+    if not sp["conclusive"]:
+        return Stat(
+            label, INCONCLUSIVE, fmt.text, f"{r.case.name}: {sp['why']}; measured {measured}"
+        )
+    return Stat(label, sp["value"], fmt.ratio, f"{r.case.name}: {interval}; {sample}")
+
+
+def rate_stat(r: Result) -> Stat | None:
+    """Steady tokens/s of compiled mode (eager's if compiled has none), interval and MFU."""
+    rates = _rates(r)
+    mode = next((m for m in ("compiled", "eager") if m in rates), None)
+    if mode is None:
+        return None
+    rate, label = rates[mode], f"{mode} tokens/s"
+    mfu = (
+        f"MFU {fmt.percent(rate['mfu'])} ({_interval(rate['mfu_interval'], fmt.percent)})"
+        if finite(rate.get("mfu"))
+        else "no peak known: no MFU"
+    )
+    dispatch = _moe_dispatch(r)
+    mfu += f"; MoE {dispatch}" if dispatch else ""
+    if rate.get("why"):
+        note = f"{rate['why']}; measured {fmt.number(rate['tokens_per_s'])}, {mfu}"
+        return Stat(label, INCONCLUSIVE, fmt.text, note)
+    interval = _interval(rate["tokens_per_s_interval"], fmt.number)
+    note = f"{CONFIDENCE:.0%} interval {interval}; {_steps(rate)}; {mfu}"
+    return Stat(label, rate["tokens_per_s"], fmt.number, note)
+
+
+def break_even_stat(r: Result, scenario: str = "cold") -> Stat | None:
+    entry = r.diagnostics.get("ledger", {}).get(scenario)
+    if not entry or "break_even_step" not in entry:
+        return None
+    label = f"break-even step ({scenario.replace('_', ' ')})"
+    if entry.get("conclusive") is False:
+        return Stat(label, INCONCLUSIVE, fmt.text, entry.get("why", ""))
+    note = "from it on compiled is no slower in total"
+    if entry.get("break_even_range"):
+        note += f"; range over the speedup's {CONFIDENCE:.0%} interval, first steps 1 sample each"
+    return Stat(label, entry["break_even_step"], lambda _, e=entry: break_even_text(e), note)
+
+
+def _moe_dispatch(r: Result) -> str | None:
+    """How the MoE layers dispatched ("routed: grouped_mm", ...), None for a dense model."""
+    found = {
+        s.get("moe_dispatch")
+        for by in _scenarios(r).values()
+        for s in by.values()
+        if s and s.get("moe_dispatch")
+    }
+    return ", ".join(sorted(found)) or None
+
+
 def headlines(run: RunView) -> list[Stat]:
     stats = []
     for r in _with_data(run):
         m = r.metrics
-        if finite(m.get("compiled_speedup")):
-            stats.append(
-                Stat(
-                    "compiled steady speedup",
-                    m["compiled_speedup"],
-                    fmt.ratio,
-                    f"{r.case.name}, tokens/s compiled / eager in the warm scenario",
-                )
-            )
+        stats += [s for s in (speedup_stat(r),) if s]
         if finite(m.get("compiled_cold_first_step_x")):
+            note = f"{r.case.name}: in steady compiled steps (1 cold start / the pooled median)"
             stats.append(
-                Stat(
-                    "cold compiled first step",
-                    m["compiled_cold_first_step_x"],
-                    fmt.ratio,
-                    "in steady compiled steps",
-                )
+                Stat("cold compiled first step", m["compiled_cold_first_step_x"], fmt.ratio, note)
             )
         # The clocks a researcher lives by: compiled first step with cold and warm caches and
-        # after an ablation, then steady compiled throughput and MFU (warm scenario).
+        # after an ablation (each one process start: 1 sample), then steady compiled throughput.
         for scenario in ("cold", "warm", "arch_change"):
             key = f"compiled_{scenario}_first_step_s"
             if finite(m.get(key)):
                 label = f"compiled first step ({scenario.replace('_', ' ')})"
-                stats.append(Stat(label, m[key], fmt.seconds, r.case.name))
-        if finite(m.get("compiled_warm_tokens_per_s")):
-            mfu = m.get("compiled_warm_mfu")
-            note = f"MFU {fmt.percent(mfu)}" if finite(mfu) else "no peak known: no MFU"
-            stats.append(
-                Stat("compiled tokens/s", m["compiled_warm_tokens_per_s"], fmt.number, note)
-            )
-        elif eager := next(
-            (s for s in ("warm", "cold") if finite(m.get(f"eager_{s}_tokens_per_s"))), None
-        ):
-            # compiled did not run: eager's steady figure
-            mfu = m.get(f"eager_{eager}_mfu")
-            note = f"MFU {fmt.percent(mfu)}" if finite(mfu) else "no peak known: no MFU"
-            stats.append(Stat("eager tokens/s", m[f"eager_{eager}_tokens_per_s"], fmt.number, note))
-        if r.diagnostics.get("host_fallback"):
-            stats[-1].note += f"; {r.diagnostics['host_fallback']}" if stats else ""
-        be = r.diagnostics.get("ledger", {}).get("cold", {})
-        if "break_even_step" in be:
-            stats.append(
-                Stat(
-                    "break-even step (cold)",
-                    be["break_even_step"],
-                    lambda _, be=be: break_even_text(be),
-                    "from it on compiled is no slower in total",
-                )
-            )
+                stats.append(Stat(label, m[key], fmt.seconds, f"{r.case.name}, 1 sample"))
+        if rate := rate_stat(r):
+            stats.append(rate)
+            if r.diagnostics.get("host_fallback"):
+                rate.note += f"; {r.diagnostics['host_fallback']}"
+        stats += [s for s in (break_even_stat(r),) if s]
     fallbacks = host.collect(_with_data(run), _case_name)
     if fallbacks.cases and not fallbacks.on_cpu:
         stats.append(fallbacks.stat("train host-fallback ops"))
@@ -147,6 +200,9 @@ def section(report: Report, suite: str) -> list[Block]:
         for r in _with_data(run):
             label = _label(run, r, report.multi)
             blocks.append(clocks_table(r, label))
+            rates = rates_table(r, label)
+            if rates is not None:
+                blocks.append(rates)
             phases = compile_phases_table(r, label)
             if phases is not None:
                 blocks.append(phases)
@@ -181,10 +237,9 @@ def clocks_table(r: Result, label: str) -> Table:
         num("graph breaks"),
         num("recompiles"),
         num("× steady step", fmt.ratio),
-        num("steady step ms"),
-        num("spread", fmt.percent),
-        num("tokens/s"),
-        num("MFU", fmt.percent),
+        num("own steady steps"),
+        num("own step ms"),
+        num("own spread", fmt.percent),
         num("peak mem GiB"),
         num("loss vs eager (max rel dev)"),
         Column("note"),
@@ -196,7 +251,9 @@ def clocks_table(r: Result, label: str) -> Table:
             s = scenarios.get(mode, {}).get(name)
             note = problems.get(f"{mode}/{name}", {})
             if s is None:
-                rows.append([name, mode, *([None] * 15), note.get("error") or "no result"])
+                rows.append(
+                    [name, mode, *([None] * (len(columns) - 3)), note.get("error") or "no result"]
+                )
                 continue
             phases = s.get("first_step_phases", {})
             comp = s.get("compile", {}) if mode == "compiled" else {}
@@ -214,16 +271,14 @@ def clocks_table(r: Result, label: str) -> Table:
                     comp.get("graph_breaks"),
                     comp.get("recompiles"),
                     s.get("first_step_x"),
+                    s.get("steady_steps"),
                     s["step_s"] * 1e3,
                     s.get("spread"),
-                    s["tokens_per_s"],
-                    s.get("mfu"),
                     _gib(s.get("peak_memory_bytes")),
                     dev,
                     note.get("error") or "",
                 ]
             )
-    peak = r.diagnostics.get("peak_label", "")
     sources = {
         s["memory_source"]
         for by in scenarios.values()
@@ -232,9 +287,70 @@ def clocks_table(r: Result, label: str) -> Table:
     }
     memory = f"peak mem: {', '.join(sorted(sources))}; " if sources else ""
     caption = (
-        f"{label} — first step (model on device to the first step's loss after its update) and "
-        f"steady speed (median after warm-up); compile s: Dynamo and backend, forward and "
-        f"backward graphs; {memory}MFU {peak}; status {r.status}"
+        f"{label} — first step (model on device to the first step's loss after its update), in "
+        "seconds and in steady steps of its mode's pooled rate; each scenario's own steady steps "
+        "(after warm-up; the mode's rate pools them); compile s: Dynamo and backend, forward and "
+        f"backward graphs; {memory}status {r.status}"
+    )
+    return Table(columns, rows, caption)
+
+
+POOL_TITLES = {"main": "configured shape", "shape_change": "shape_change's shape"}
+
+
+def rates_table(r: Result, label: str) -> Table | None:
+    """One steady rate per mode and shape, pooled over the scenarios, and the speedup."""
+    rates = r.diagnostics.get("rates")
+    if not isinstance(rates, dict) or not rates:
+        return None
+    columns = [
+        Column("shape"),
+        Column("mode"),
+        Column("pooled scenarios"),
+        num("steady steps"),
+        num("step ms"),
+        Column(f"{CONFIDENCE:.0%} interval ms"),
+        num("spread", fmt.percent),
+        num("tokens/s"),
+        num("MFU", fmt.percent),
+        Column("speedup"),
+        Column("conclusion"),
+    ]
+    rows = []
+    for pool, by_mode in rates.items():
+        sp = by_mode.get("speedup")
+        for mode in ("eager", "compiled"):
+            rate = by_mode.get(mode)
+            if rate is None:
+                continue
+            conclusion = rate.get("why") or ""
+            speed = ""
+            if mode == "compiled" and sp:
+                speed = f"{fmt.ratio(sp['value'])} ({_interval(sp['interval'], fmt.ratio)})"
+                conclusion = sp["why"] or "conclusive"
+            rows.append(
+                [
+                    POOL_TITLES.get(pool, pool),
+                    mode,
+                    ", ".join(rate["scenarios"]),
+                    rate["steady_steps"],
+                    rate["step_s"] * 1e3,
+                    _interval([x * 1e3 for x in rate["step_s_interval"]], fmt.number),
+                    rate["spread"],
+                    rate["tokens_per_s"],
+                    rate.get("mfu"),
+                    speed,
+                    conclusion,
+                ]
+            )
+    dispatch = _moe_dispatch(r)
+    caption = (
+        f"{label} — steady rate per mode: the median of every steady step of the scenarios at "
+        f"one shape, its {CONFIDENCE:.0%} bootstrap interval and spread (IQR / median); speedup "
+        f"= eager / compiled step time; inconclusive below {MIN_SAMPLES} steps or over "
+        f"{MAX_SPREAD:.0%} spread, or when the speedup's interval includes 1; "
+        f"MFU {r.diagnostics.get('peak_label', '')}"
+        + (f"; MoE dispatch {dispatch} (MFU counts the active experts)" if dispatch else "")
     )
     return Table(columns, rows, caption)
 
@@ -262,9 +378,19 @@ def compile_phases_table(r: Result, label: str) -> Table | None:
 
 
 def _modes(r: Result, name: str) -> tuple[Mode, Mode, int] | None:
+    """A scenario's two modes as its ledger line has them: its own first steps, its pool's
+    steady rates. (Runs stored before rates were pooled: the scenario's own rates.)"""
+    entry = r.diagnostics.get("ledger", {}).get(name) or {}
+    if "tokens_per_s" in entry:
+        first, rate = entry["first_step_s"], entry["tokens_per_s"]
+        return (
+            Mode("eager", first["eager"], rate["eager"]),
+            Mode("compiled", first["compiled"], rate["compiled"]),
+            int(entry["tokens_per_step"]),
+        )
     scenarios = _scenarios(r)
     e, c = scenarios.get("eager", {}).get(name), scenarios.get("compiled", {}).get(name)
-    if not (e and c):
+    if not (e and c and "tokens_per_s" in e and "tokens_per_s" in c):
         return None
     return (
         Mode("eager", e["first_step_s"], e["tokens_per_s"]),
@@ -293,8 +419,10 @@ def ledger_table(r: Result, label: str) -> Table:
             ]
         )
     caption = (
-        f"{label} — time to N steps: first step + (N − 1) × tokens per step / steady tokens/s; "
-        "break-even: the N from which compiled is no slower in total for good"
+        f"{label} — time to N steps: the scenario's first step + (N − 1) × tokens per step / the "
+        "mode's pooled steady tokens/s; break-even: the N from which compiled is no slower in "
+        f"total for good, with its range over the speedup's {CONFIDENCE:.0%} interval, or "
+        "inconclusive (why in the steady-rate table)"
     )
     return Table(columns, rows, caption)
 
@@ -306,7 +434,11 @@ def _chart_steps(last: int) -> list[int]:
 
 def ledger_chart(r: Result, label: str) -> Chart:
     ledgers = r.diagnostics.get("ledger", {})
-    crossings = [v["break_even_step"] for v in ledgers.values() if v.get("break_even_step")]
+    crossings = [
+        v["break_even_step"]
+        for v in ledgers.values()
+        if v.get("break_even_step") and v.get("conclusive", True)
+    ]
     steps = _chart_steps(max(crossings, default=1))
     series = []
     for i, name in enumerate(_ordered(ledgers)):
@@ -342,10 +474,14 @@ def ledger_chart(r: Result, label: str) -> Chart:
 
 
 def break_even_text(entry: dict) -> str:
-    """A scenario's break-even as read: the step, "never", or how long compiled stays ahead."""
+    """A scenario's break-even as read: "inconclusive", the step (with its range where the rates'
+    uncertainty moves it), "never", or how long compiled stays ahead."""
+    if entry.get("conclusive") is False:
+        return INCONCLUSIVE
     n, until = entry.get("break_even_step"), entry.get("ahead_until_step")
     if n is not None:
-        return f"{n:,}"
+        lo, hi = entry.get("break_even_range") or (n, n)
+        return f"{n:,}" if lo == hi == n else f"{n:,} ({lo:,}–{hi:,})"
     return "never" if until is None else f"never (ahead until step {until:,})"
 
 

@@ -1,0 +1,76 @@
+"""Robust statistics the suites and the report share: how sure a median is, and when it is none.
+
+Timings are skewed (a hiccup is slow, never fast) and often few, so intervals are bootstrap
+percentile intervals of the median, with no assumption about the distribution's shape:
+`median_interval` for one sample, `ratio_interval` for the ratio of two samples' medians (a
+speedup). `MAX_SPREAD` is the one rule for when a set of timings is too spread out to stand for
+a single number: a headline built on it is then shown as inconclusive, with `spread_why` as the
+reason, as it is with fewer than `MIN_SAMPLES` timings. Pure Python (the report imports it
+without torch).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+
+# A 95% percentile interval from 2000 resamples (its ends then move by well under 1% between
+# seeds); the fixed seed keeps a stored run's report the same every time it is rendered.
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 0
+
+# The interquartile range over the median above which timings do not share one value: the middle
+# half of them spans over a quarter of the median. A quiet machine keeps step and kernel timings
+# to a few percent; one busy for a good share of the repeats (another job, thermal throttling, a
+# noisy clock) lands far above, and then a median, a rate or a ratio of them means little.
+MAX_SPREAD = 0.25
+# Fewer timings than this and a median is one or two of them: a single hiccup moves it, and a
+# bootstrap of so few has too few distinct resamples to mean much.
+MIN_SAMPLES = 5
+
+
+def _bootstrap_medians(samples: Sequence[float], seed: int) -> list[float]:
+    """The medians of RESAMPLES resamples (with replacement): the median's sampling distribution."""
+    rng, xs = random.Random(seed), [float(x) for x in samples]
+    return [statistics.median(rng.choices(xs, k=len(xs))) for _ in range(RESAMPLES)]
+
+
+def _percentiles(values: list[float], confidence: float) -> tuple[float, float]:
+    xs, tail = sorted(values), (1 - confidence) / 2
+    return xs[round(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))]
+
+
+def median_interval(
+    samples: Sequence[float], confidence: float = CONFIDENCE, seed: int = SEED
+) -> tuple[float, float]:
+    """Bootstrap percentile interval of the median of `samples`."""
+    if not samples:
+        raise ValueError("median_interval needs at least one sample")
+    return _percentiles(_bootstrap_medians(samples, seed), confidence)
+
+
+def ratio_interval(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    confidence: float = CONFIDENCE,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """Bootstrap percentile interval of median(numerator) / median(denominator), the two samples
+    resampled independently (eager over compiled step times: the speedup)."""
+    if not numerator or not denominator:
+        raise ValueError("ratio_interval needs samples on both sides")
+    tops = _bootstrap_medians(numerator, seed)
+    bottoms = _bootstrap_medians(denominator, seed + 1)
+    return _percentiles([a / b for a, b in zip(tops, bottoms, strict=True)], confidence)
+
+
+def spread_why(what: str, spread: float, samples: int | None = None) -> str | None:
+    """Why `samples` timings with this spread (IQR / median) stand for no single number (too
+    few, or too spread out); None if they do."""
+    if samples is not None and samples < MIN_SAMPLES:
+        return f"only {samples} {what} (a conclusion needs {MIN_SAMPLES})"
+    if spread > MAX_SPREAD:
+        return f"{what} spread {spread:.0%} (IQR / median, over {MAX_SPREAD:.0%})"
+    return None
