@@ -210,6 +210,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list
     return out, summary.run_id, results
 
 
+@pytest.mark.slow
 def test_every_case_passes_on_two_gloo_ranks(quick_run) -> None:
     _, _, results = quick_run
     by_status: dict[str, list[str]] = {}
@@ -234,6 +235,7 @@ def test_every_case_passes_on_two_gloo_ranks(quick_run) -> None:
         assert r.diagnostics["backend"] == "gloo"
 
 
+@pytest.mark.slow
 def test_compiled_cases_record_that_they_compiled(quick_run) -> None:
     _, _, results = quick_run
     compiled = {r.case.name: r for r in results if r.case.params.get("compile")}
@@ -245,6 +247,7 @@ def test_compiled_cases_record_that_they_compiled(quick_run) -> None:
             assert report["graphs"] >= 1 and report["frames_ok"] >= 1
 
 
+@pytest.mark.slow
 def test_report_has_the_api_table_and_a_chart_per_collective(quick_run) -> None:
     out, run_id, _ = quick_run
     with Store(out, create=False) as store:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import trainready
 from tests.dist_faults import HANG_BUDGET_S, PICKED
 from trainready.core.store import Store
 
 
+@pytest.mark.slow
 def test_wrong_reduction_and_hang_are_caught_and_the_next_case_runs(tmp_path: Path) -> None:
     summary = trainready.run(
         ["tests.dist_faults"], device="cpu", out=tmp_path, options={"nproc": 2}

@@ -154,6 +154,7 @@ def _outcome(pool: RankPool, module: bool, impl: str | None = None):
     return dist_suite.outcome_of(case, res, BUDGET_S)
 
 
+@pytest.mark.slow
 def test_absent_is_skipped_as_a_gap_of_the_torch_build(pool) -> None:
     out = _outcome(pool, module=False)
     assert out.status == "skipped"
@@ -163,6 +164,7 @@ def test_absent_is_skipped_as_a_gap_of_the_torch_build(pool) -> None:
     assert "not of the device" in out.diagnostics["reason"]
 
 
+@pytest.mark.slow
 def test_no_implementation_for_the_backend_is_unsupported(pool) -> None:
     out = _outcome(pool, module=True)
     assert out.status == "unsupported"
@@ -172,6 +174,7 @@ def test_no_implementation_for_the_backend_is_unsupported(pool) -> None:
     )
 
 
+@pytest.mark.slow
 def test_an_implementation_this_build_cannot_load_is_skipped(pool) -> None:
     out = _outcome(pool, module=True, impl="UnbuildableSwitch")
     assert out.status == "skipped"
@@ -181,6 +184,7 @@ def test_an_implementation_this_build_cannot_load_is_skipped(pool) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_working_token_switch_matches_the_local_moe_layer(pool) -> None:
     out = _outcome(pool, module=True, impl="TokenSwitchGloo")
     assert out.status == "pass", out.diagnostics
@@ -191,6 +195,7 @@ def test_a_working_token_switch_matches_the_local_moe_layer(pool) -> None:
         assert diag["worst_verdict"]["ok"]
 
 
+@pytest.mark.slow
 def test_a_misrouting_or_miscounting_switch_is_caught(pool) -> None:
     wrong = _outcome(pool, module=True, impl="MisroutingSwitch")
     assert wrong.status == "fail_numerics"

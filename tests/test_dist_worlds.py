@@ -15,6 +15,8 @@ from trainready.core.store import Store
 from trainready.report import render
 from trainready.suites.dist_cases.collectives import OPS
 
+pytestmark = pytest.mark.slow  # every test starts 1-4 ranks: 7-20 s each on 2 cores
+
 # nccl-tests' busbw / algbw on 4 ranks: 2(n-1)/n, (n-1)/n, 1 -- spelled out, not recomputed.
 FACTOR_AT_4 = {
     "all_reduce": 1.5,

@@ -19,9 +19,13 @@ from trainready.profile.trace import KIND_KERNEL
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)"
 )
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)",
+    ),
+]
 
 
 @pytest.fixture

@@ -22,10 +22,13 @@ from trainready.profile.trace import KIND_KERNEL
 pytest.importorskip("websockets", reason="needs websockets (pip install websockets)")
 from tests.firefox_bidi import FIREFOX, Firefox  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not Path(FIREFOX).exists(),
-    reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(FIREFOX).exists(),
+        reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
+    ),
+]
 
 ENTER = "\ue007"  # WebDriver's key code for Enter
 # wait until the timeline shows data for exactly the current view and includes event `id`

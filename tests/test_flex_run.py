@@ -22,6 +22,8 @@ from typer.testing import CliRunner
 import trainready.device.peak as peak
 from trainready.cli import app
 
+pytestmark = pytest.mark.slow  # every test reads one compiled flex run of over 20 s
+
 USER_VARIANTS = """
 import math
 

@@ -82,6 +82,7 @@ def test_help_shows_the_option(command, monkeypatch):
         ["profile", "--out", "out", "--", "python", "train.py"],
     ],
 )
+@pytest.mark.slow
 def test_an_unknown_module_is_one_line_and_exit_2(tmp_path, args):
     (tmp_path / "train.py").write_text("raise SystemExit('must not run')\n")
     p = cli(args[0], "--import", MISSING, *args[1:], cwd=tmp_path)
@@ -97,6 +98,7 @@ def test_devices_imports_before_listing(probe_log):
     assert _pids(probe_log) == {os.getpid()}
 
 
+@pytest.mark.slow
 def test_run_imports_in_the_cli_process_the_worker_and_its_ranks(tmp_path, probe_log):
     out = tmp_path / "out"
     result = CliRunner().invoke(
@@ -144,6 +146,7 @@ def test_a_worker_that_cannot_import_fails_each_case_naming_the_module(tmp_path)
         assert MISSING_LINE.removeprefix("error: ") in r.diagnostics["error"]
 
 
+@pytest.mark.slow
 def test_a_rank_that_cannot_import_ends_the_launch_naming_the_module():
     with pytest.raises(LaunchError) as e:
         launch("tests.import_probe_suite:seen", 1, timeout_s=120, env={ENV_VAR: MISSING})
@@ -162,6 +165,7 @@ def test_a_training_process_imports_first(tmp_path, probe_log, monkeypatch):
     assert MISSING_LINE.removeprefix("error: ") in json.loads(out.read_text())["error"]
 
 
+@pytest.mark.slow
 def test_the_profiled_process_imports_first(tmp_path, probe_log, monkeypatch, capsys):
     script = tmp_path / "train.py"
     script.write_text(f"import sys\nassert {PROBE!r} in sys.modules\n")

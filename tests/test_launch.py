@@ -61,6 +61,7 @@ def test_target_names() -> None:
         target_name(lambda env: {})
 
 
+@pytest.mark.slow
 def test_pool_runs_many_calls_on_one_start_and_tears_down_a_hung_one() -> None:
     with RankPool(2, device="cpu") as pool:
         first = pool.run(summed, {"scale": 2}, timeout_s=120)
@@ -89,12 +90,14 @@ def test_pool_runs_many_calls_on_one_start_and_tears_down_a_hung_one() -> None:
         assert not pool.up and not any(_alive(p) for p in pids)
 
 
+@pytest.mark.slow
 def test_launch_is_one_call_on_fresh_ranks() -> None:
     res = launch("tests.test_launch:summed", 2, device="cpu", args={"scale": 3}, timeout_s=120)
     assert res.ok and [r["sum"] for r in res.per_rank] == [[9.0] * 4, [9.0] * 4]
     assert not any(_alive(r["pid"]) for r in res.per_rank)
 
 
+@pytest.mark.slow
 def test_a_backend_that_cannot_start_is_a_launch_error() -> None:
     with pytest.raises(LaunchError) as err, RankPool(1, device="cpu", backend="nosuch") as pool:
         pool.start(timeout_s=120)
@@ -112,6 +115,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_ranks_die_with_the_process_that_started_them() -> None:
     """The trainready runner SIGKILLs a worker that overran its budget: its ranks must follow."""
     holder = subprocess.Popen(

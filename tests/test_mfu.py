@@ -169,3 +169,30 @@ def test_format_text_explains_the_numbers():
 def test_format_text_mla_attention_dims():
     r = calculate("deepseek-v3", seq_len=4096, tokens_per_s=1e5, devices=64, peak_tflops=989.0)
     assert "6 * 61 * 128 * (192 + 128) * 4,096" in format_text(r)
+
+
+def test_devices_counts_what_the_kind_is_per():
+    """--devices counts GPUs, chips or logical NeuronCores, as the peak is per one of them: the
+    same Trainium2 throughput gives one MFU whether counted in chips or in logical cores."""
+    per = {"tokens_per_s": 1e5, "seq_len": 8192}
+    cores = calculate("qwen3-8b", devices=64, device_kind="trn2-core", **per)
+    chips = calculate("qwen3-8b", devices=16, device_kind="trn2-chip", **per)
+    assert cores["mfu"] == pytest.approx(chips["mfu"])
+    assert cores["device_unit"] == "logical NeuronCores (LNC=2, 4 per chip)"
+    assert chips["device_unit"] == "chips"
+    assert "/ 64 logical NeuronCores (LNC=2, 4 per chip) =" in format_text(cores)
+    gpus = calculate("qwen3-8b", devices=8, device_kind="h100-sxm", **per)
+    assert gpus["device_unit"] == "GPUs" and "/ 8 GPUs =" in format_text(gpus)
+    assert calculate("qwen3-8b", devices=1, device_kind="tpu-v5p", **per)["device_unit"] == "chip"
+    given = calculate("qwen3-8b", devices=8, peak_tflops=989.0, **per)
+    assert given["device_unit"] == "devices (each with the --peak-tflops peak)"
+
+
+def test_the_devices_option_says_what_it_counts():
+    from typer.testing import CliRunner
+
+    from trainready.cli import app
+
+    help_text = " ".join(CliRunner().invoke(app, ["mfu", "--help"]).output.split())
+    for unit in ("GPUs for GPU kinds", "chips for the -chip and TPU kinds", "logical NeuronCores"):
+        assert unit in help_text.replace("│ ", "")

@@ -7,6 +7,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.clirun import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +27,7 @@ def _run_id(out: Path) -> str:
     return db.execute("SELECT run_id FROM runs ORDER BY created_at DESC").fetchone()[0]
 
 
+@pytest.mark.slow
 def test_hf_types_and_a_planted_fault_through_the_cli(tmp_path):
     out = tmp_path / "runs"
     common = ["--device", "cpu", "--out", str(out), "--set", "steps=3", "--set", "modes=eager"]

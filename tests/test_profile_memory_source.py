@@ -60,11 +60,48 @@ def test_source_lines_skip_framework_frames(tmp_path):
     linear = np.flatnonzero(t.name == t.symbol("aten::linear"))
     assert S.user_frames(t, linear) == ["train.py:20 train_step"]
     ranked = S.time_by_line(t)
+    # The user frame and the call it made (wrappers such as _call_impl looked through); a
+    # module-level frame without its line, which is only where profiling started.
     assert [(r["line"], r["time_ns"]) for r in ranked] == [
-        ("train.py:20 train_step", 40_000),
-        ("train.py:3 <module>", 5_000),
+        ("train.py:20 train_step → linear (torch/nn/functional.py)", 40_000),
+        ("train.py <module>", 5_000),
     ]
     assert ranked[0]["timed_on"] == "device"
+
+
+def test_a_module_level_loop_splits_into_its_calls_and_the_tool_frames_are_not_yours(tmp_path):
+    """A training loop at module level, run by `trainready profile` (runpy and its capture above
+    it): each step's call gets its own row, never the tool's frames or one <module> line."""
+    capture = "/opt/venv/src/trainready/profile/capture.py"
+    events = [
+        _py("<frozen runpy>(88): _run_code", 0, 1000, 1),
+        _py(f"{capture}(337): main", 1, 998, 2),
+        _py("tiny_train.py(17): <module>", 2, 996, 3),
+        _py("torch/nn/modules/module.py(1773): _wrapped_call_impl", 10, 100, 4),
+        _py("torch/nn/modules/module.py(1782): _call_impl", 11, 98, 5),
+        _py("nn.Module: Sequential_0", 12, 96, 6),
+        cpu("aten::linear", 20, 50),
+        _py("torch/_tensor.py(566): backward", 200, 300, 7),
+        cpu("aten::mm", 210, 200),
+        _py("torch/optim/optimizer.py(509): wrapper", 600, 200, 8),
+        _py("torch/optim/adam.py(214): step", 605, 150, 9),
+        cpu("aten::add_", 610, 100),
+        _py(f"{capture}(324): <lambda>", 770, 20, 10),  # the hook on the optimizer's step
+        cpu("aten::zeros", 775, 5),
+    ]  # fmt: skip
+    t = load_trace(write(tmp_path / "loop.json", document(events)))
+    ranked = {r["line"]: r["time_ns"] for r in S.time_by_line(t)}
+    # aten::zeros ran in the capture's own hook: the tool's work, in nobody's row.
+    assert ranked == {
+        "tiny_train.py <module> → backward (torch/_tensor.py)": 200_000,
+        "tiny_train.py <module> → step (torch/optim/adam.py)": 100_000,
+        "tiny_train.py <module> → Sequential_0 (nn.Module)": 50_000,
+    }
+    assert not any("capture.py" in line or "runpy" in line for line in ranked)
+    assert S.is_tool_frame(f"{capture}(337): main") and S.is_tool_frame("<frozen runpy>(88): x")
+    assert S.is_tool_frame("/usr/lib/python3.11/runpy.py(198): _run_module_as_main")
+    assert not S.is_tool_frame("tiny_train.py(17): <module>")
+    assert not S.is_user_frame(capture)
 
 
 def test_frame_parsing():

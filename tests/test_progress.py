@@ -133,3 +133,21 @@ def test_nothing_is_printed_for_a_run_refused_before_it_started():
 )
 def test_durations_read_as_the_bar_shows_them(seconds, text):
     assert duration(seconds) == text
+
+
+def test_an_80_column_bar_keeps_the_count_and_times_and_cuts_the_case_id():
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    obs = RichObserver(console)
+    obs.on_plan("r", 397, 0)
+    for case in (A, B, C):
+        obs.on_result(Result(case, "pass"))
+    long_id = "parity/hf/a_model_type_with_a_really_long_name/compile/bf16"
+    obs.on_start(Case("parity", long_id.removeprefix("parity/")))
+    obs.progress.refresh()
+    obs.stop()
+    line = buf.getvalue().split("\r\x1b[2K")[-1].splitlines()[0]
+    assert len(line) <= 80
+    for kept in ("3/397", "3 pass 0 fail 0 other", "0:00:0", "ETA"):
+        assert kept in line, line
+    assert "parity/hf/" in line and long_id not in line and line.rstrip().endswith("…")

@@ -18,6 +18,7 @@ def test_resource_requests():
     assert task_resources("neuron") == {"num_cpus": 1, "resources": {"neuron": 1}}
 
 
+@pytest.mark.slow
 def test_ray_run(tmp_path):
     kinds = ["ok", "raises", "abort", "hang", "kill_parent", "ok_after"]
     streamed = []

@@ -116,7 +116,7 @@ def test_markdown_counts_and_reasons(store):
     for why in (NUMERICS, TIMEOUT, CRASH, UNSUPPORTED.replace("|", "\\|")):
         assert why in md
     assert "worst at" not in md  # a cause is the error's first line
-    assert "median matmul MFU**: 40.0%" in md
+    assert "matmul MFU at M=128**: 40.0%" in md  # one per M: M=1, 128, 2048 are apart
     assert "vs datasheet peak" in md
 
 
@@ -131,7 +131,8 @@ def test_json_round_trips_and_counts_match(store):
     assert (summary["done"], summary["not_run"], summary["total"]) == (7, 1, 8)
     assert len(gpu["results"]) == 7 and len(cpu["results"]) == 7
     assert cpu["summary"]["all"]["not_run"] == 0
-    assert gpu["headlines"][0]["value"] == pytest.approx(0.40)
+    mfu = {h["label"]: h["value"] for h in gpu["headlines"]}
+    assert [mfu[f"matmul MFU at M={m}"] for m in (1, 128, 2048)] == pytest.approx([0.05, 0.4, 0.7])
     assert gpu["run"]["env"]["env_vars"]["HF_TOKEN"] == "(redacted)"
 
 
@@ -194,7 +195,7 @@ def test_terminal_summary(store):
     console = Console(record=True, width=140, color_system=None)
     print_summary(console, store, GPU)
     text = console.export_text()
-    assert "37.5%" in text and "fail_numerics" in text and "median matmul MFU" in text
+    assert "37.5%" in text and "fail_numerics" in text and "matmul MFU at M=128" in text
     assert CRASH in text
 
 
@@ -280,3 +281,101 @@ def test_small_multiples_share_one_legend():
     # A title too long for its panel is cut, and kept whole as a tooltip.
     (cut,) = re.findall(f"<title>{long_title}</title>([^<]*)…</text>", svg)
     assert long_title.startswith(cut) and 20 < len(cut) < 30  # 300 px at about 8 px a letter
+
+
+def test_one_number_format_for_prose_and_tables():
+    from trainready.report import fmt
+
+    assert [fmt.ratio(v) for v in (1120.0, 2000.0, 1.5, 0.0971, 0.0000186)] == [
+        "1,120×", "2,000×", "1.5×", "0.0971×", "0.0000186×"
+    ]  # fmt: skip
+    assert [fmt.number(v) for v in (4.89e-4, 0.1479, 12.345, 1234.5)] == [
+        "0.000489", "0.1479", "12.35", "1,234"
+    ]  # fmt: skip
+    assert fmt.number(2.5e-9) == "2.50e-09"  # far from everyday magnitudes only
+    assert fmt.metric("compiled_warm_mfu")(0.1479) == "14.8%" == fmt.metric("mfu")(0.1479)
+    assert fmt.keyed("config.peaks.bf16.measured_at", 1796133343.2).startswith("2026-")
+    assert fmt.keyed("env.device.total_memory", 25275990016) == 25275990016
+
+
+def test_a_timestamp_in_the_record_reads_as_a_date(tmp_path):
+    config = {"peaks": {"bf16": {"measured_at": 1796133343.0, "flops": 2.5e12}}}
+    with Store(tmp_path) as s:
+        s.add_run(RunRecord("r", 1.7e9, ["matmul"], "cpu", "quick", config=config))
+        md = render(s, ["r"], "md")
+    assert "| config.peaks.bf16.measured_at | 2026-12-01 " in md and "1,796,133,343" not in md
+
+
+def test_failures_and_gaps_are_separate_sections(store):
+    md = render(store, [GPU], "md")
+    failures = md.split("## Failures by cause")[1].split("## Not supported / skipped")[0]
+    gaps = md.split("## Not supported / skipped")[1].split("## Suite:")[0]
+    assert NUMERICS in failures and CRASH in failures and UNSUPPORTED.split("|")[0] not in failures
+    assert UNSUPPORTED.replace("|", "\\|") in gaps and CRASH not in gaps
+
+
+def test_an_empty_table_is_one_sentence(tmp_path):
+    with Store(tmp_path) as s:
+        _run(s, "clean", "H200", 1, [_matmul(C_FWD1, 0.5, "vs datasheet peak")])
+        md, html = render(s, ["clean"], "md"), render(s, ["clean"], "html")
+        console = Console(record=True, width=120, color_system=None)
+        print_summary(console, s, "clean")
+    assert "No case failed." in md and "Every planned case ran" in md
+    assert '<p class="text empty">No case failed.</p>' in html
+    assert "No case failed." in console.export_text()
+
+
+def test_a_comparison_over_different_suites_compares_what_both_ran(tmp_path):
+    """runs2 ran matmul only, runs ran matmul and flex: the flex cases are left out and counted,
+    not listed as 'pass → not run' status changes."""
+    flex = [Case("flex", f"causal/{i}", {"pass": "fwd"}) for i in range(5)]
+    with Store(tmp_path) as s:
+        _run(s, "matmul-only", "H200", 2, [_matmul(C_FWD1, 0.5, "p"), _matmul(C_FWD128, 0.6, "p")])
+        s.add_planned("matmul-only", [C_FWD1, C_FWD128])
+        s.add_run(RunRecord("all", 1.7e9, ["matmul", "flex"], "h200", "quick", planned=7,
+                            env={"device": {"name": "H200"}}))  # fmt: skip
+        s.add_planned("all", [C_FWD1, C_FWD128, *flex])
+        for r in [_matmul(C_FWD1, 0.4, "p"), _matmul(C_FWD128, 0.6, "p")]:
+            s.add_result("all", r)
+        for c in flex:
+            s.add_result("all", Result(c, "pass"))
+        doc = json.loads(render(s, ["matmul-only", "all"], "json"))
+        md = render(s, ["matmul-only", "all"], "md")
+    (comparison,) = doc["comparisons"]
+    assert comparison["changes"] == [] and comparison["compared"] == 2
+    assert comparison["left_out"] == {"only_primary": {}, "only_reference": {"flex": 5}}
+    assert "Compared over the 2 cases both runs planned; left out: 5 cases only H200 (all)" in md
+    # The overview: the primary's tiles, each with the other run's value and the difference.
+    assert "**matmul MFU at M=1**: 50.0%" in md
+    assert "(vs H200 (all) 40.0%: +10.0 pts)" in md
+    assert "measured only there: flex fwd passed" in md
+
+
+def test_a_chart_legend_with_long_names_goes_below_the_plot_whole():
+    names = [f"AMD EPYC 7B13 64-Core Processor (run {i}) M={m}" for i in (1, 2) for m in (1, 128)]
+    series = [Series(n, [Point(1.0 + i, 10.0 * (i + 1))]) for i, n in enumerate(names)]
+    svg = xy_chart(series, Axis("GFLOP", log=True), Axis("MFU %"), width=880, height=420)
+    root = ET.fromstring(svg)
+    assert int(root.get("height")) > 420  # room made below for the legend
+    texts = [t for t in root.iter("{http://www.w3.org/2000/svg}text") if t.text in names]
+    assert sorted(t.text for t in texts) == sorted(names)  # every name, whole
+    for t in texts:  # within the chart, at about 7 px a character
+        assert float(t.get("x")) + 7 * len(t.text) <= 880 and float(t.get("y")) > 420 - 48
+
+
+def test_matmul_mfu_headline_is_per_m_with_its_spread_or_inconclusive():
+    from trainready.report.sections.matmul import mfu_at_m
+
+    def timed(mfu: float, spread: float) -> Result:
+        r = _matmul(C_FWD128, mfu, "vs measured peak")
+        r.metrics["spread"] = spread
+        return r
+
+    e = mfu_at_m([timed(0.2, 0.1), timed(0.4, 0.1), timed(0.3, 0.2)])
+    assert e["value"] == 0.3 and e["range"] == [0.2, 0.4] and e["cases"] == 3 and not e["why"]
+    # The median of each case's MFU at the ends of its repeats' IQR (a 10% spread: +-5%).
+    assert e["interval"] == pytest.approx([0.3 / 1.1, 0.3 / 0.9])
+    noisy = mfu_at_m([timed(0.3, 0.5), timed(0.3, 0.4)])
+    assert noisy["why"].startswith("timed repeats (median over the cases) spread 45%")
+    too_high = mfu_at_m([timed(1.3, 0.01), timed(0.3, 0.01)])
+    assert too_high["why"].startswith("1 case above 100% MFU: the measured peak is too low")

@@ -20,18 +20,22 @@ from trainready.core.store import RunRecord, Store
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)"
 )
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)",
+    ),
+]
 
 
 @contextlib.contextmanager
-def opened(html: Path):
+def opened(html: Path, width: int = 1300):
     """(page, console errors, requested URLs) of `html` in headless Chromium, closed after."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1800})
+            page = browser.new_page(viewport={"width": width, "height": 1800})
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -73,9 +77,46 @@ def test_scorecard_in_a_real_browser(scorecard_html):
         ids = [r.split("\t")[0] for r in drill.locator("tbody tr").all_inner_texts()]
         assert ids == sorted(ids, reverse=True)
 
+        # The verdict first, in the first screen: a line per dimension, linked to its evidence.
+        readiness = page.locator("#readiness")
+        assert readiness.bounding_box()["y"] < 400
+        assert page.locator("main > section").first.get_attribute("id") == "readiness"
+        rows = readiness.locator("tbody tr")
+        assert rows.count() == 8
+        badges = readiness.locator("tbody .vd").all_inner_texts()
+        assert set(badges) <= {"ready", "partial", "not ready", "not tested"}
+        assert badges[0] == "not tested"  # correctness: this run has no parity suite
+        assert "not tested" in readiness.locator(".stat .v").inner_text() or "partial" in (
+            readiness.locator(".stat .v").inner_text()
+        )
+        link = rows.filter(has_text="throughput").locator("a")
+        assert link.inner_text() == "Suite: matmul"
+        link.click()
+        assert page.evaluate("location.hash") == "#suite-matmul"
+        # Wide tables scroll inside their box: the page itself never scrolls sideways.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1300
+
         shot = os.environ.get("TRAINREADY_REPORT_SCREENSHOT")
         if shot:
             page.screenshot(path=shot, full_page=False)
+
+
+def test_scorecard_at_a_narrow_width(scorecard_html):
+    """On a phone-sized window the verdict still opens the page, and tables wider than the
+    window scroll inside their own box instead of widening the page."""
+    with opened(scorecard_html, width=400) as (page, errors, _):
+        assert errors == []
+        assert page.evaluate("document.documentElement.scrollWidth") <= 400
+        assert page.locator("#readiness").bounding_box()["y"] < 600
+        boxes = page.evaluate(
+            """() => [...document.querySelectorAll('.tablebox')].map(b => ({
+                scrolls: b.scrollWidth > b.clientWidth, right: b.getBoundingClientRect().right}))"""
+        )
+        assert all(b["right"] <= 400 for b in boxes)
+        assert sum(b["scrolls"] for b in boxes) >= 2  # e.g. the verdict and the matmul shapes
+        table = page.locator("#suite-matmul .drill .tablebox").first
+        table.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+        assert table.evaluate("b => b.scrollLeft") > 0  # scrolled to its last column
 
 
 # Two hand-made runs with planted differences: a parity case that passes on the reference and
@@ -135,9 +176,9 @@ def test_comparison_in_a_real_browser(comparison_html):
         # (the second status column) is found too.
         changes = page.locator("#compare-B200 .drill", has_text="All status changes")
         changes.locator("select").select_option("fail_numerics")
-        assert changes.locator(".count").inner_text() == "1 of 1 rows"
+        assert changes.locator(".count").inner_text() == "1 of 1 row"
         changes.locator("select").select_option("pass")
-        assert changes.locator(".count").inner_text() == "1 of 1 rows"
+        assert changes.locator(".count").inner_text() == "1 of 1 row"
 
         # Side by side: both runs' values of the aligned case, and their ratio.
         side = page.locator("#suite-matmul .drill", has_text="matmul side by side")
@@ -147,7 +188,7 @@ def test_comparison_in_a_real_browser(comparison_html):
         ]  # fmt: skip
         cells = side.locator("tbody tr").first.locator("td").all_inner_texts()
         assert cells == [MATMUL.id, "pass", "pass", "450.0", "300.0", "1.5×"]
-        assert side.locator(".count").inner_text() == "1 of 1 rows"
+        assert side.locator(".count").inner_text() == "1 of 1 row"
 
         # The parity case that fails on one run: both runs' curves in its panel, drawn.
         chart = page.locator("#suite-parity figure", has_text="Loss curves of")
@@ -168,3 +209,52 @@ def test_comparison_in_a_real_browser(comparison_html):
         header.click()
         first = cases.locator("tbody tr").first.inner_text()
         assert "mixtral" in first and "inf" in first
+
+
+def _matmul_store(path: Path, device: str, mfu: dict[int, float]) -> None:
+    with Store(path) as store:
+        env = {"device": {"name": device}}
+        store.add_run(RunRecord(path.name, 1.7e9, ["matmul"], device, "quick", env=env))
+        for m, value in mfu.items():
+            case = Case("matmul", f"Qwen3-8B/q_proj/M{m}/fwd", {"M": m, "N": 4096, "K": 4096})
+            metrics = {"mfu": value, "tflops": value * 900, "gflop": 2 * m * 4096 * 4096 / 1e9}
+            diagnostics = {"peak_label": "vs datasheet peak"}
+            store.add_result(path.name, Result(case, "pass", metrics, diagnostics))
+
+
+def test_a_comparison_chart_keeps_every_legend_name_readable(tmp_path):
+    """Runs named by long device names: the MFU chart's legend moves below the plot, and every
+    entry (which run, which M) is drawn whole inside the chart, none over another."""
+    from typer.testing import CliRunner
+
+    _matmul_store(tmp_path / "a", "AMD Instinct MI300X OAM (gfx942)", {1: 0.02, 128: 0.4})
+    _matmul_store(tmp_path / "b", "NVIDIA H200 141GB HBM3e (SXM)", {1: 0.03, 128: 0.5})
+    out = tmp_path / "cmp.html"
+    args = ["report", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "-f", "html"]
+    assert CliRunner().invoke(app, [*args, "-o", str(out)]).exit_code == 0
+    with opened(out) as (page, errors, _):
+        assert errors == []
+        legend = page.evaluate(
+            """() => {
+                const svg = document.querySelector('#suite-matmul svg');
+                const box = svg.getBoundingClientRect();
+                return [...svg.querySelectorAll('.legend text')].map(t => {
+                    const r = t.getBoundingClientRect();
+                    return {text: t.textContent, left: r.left - box.left, right: r.right - box.left,
+                            top: r.top, bottom: r.bottom, width: box.width};
+                });
+            }"""
+        )
+        names = sorted(e["text"] for e in legend)
+        assert names == sorted(
+            f"{d} M={m}"
+            for d in ("AMD Instinct MI300X OAM (gfx942)", "NVIDIA H200 141GB HBM3e (SXM)")
+            for m in (1, 128)
+        )
+        for e in legend:
+            assert e["left"] >= 0 and e["right"] <= e["width"], e  # whole, inside the chart
+        for a in legend:
+            for b in legend:
+                if a is not b:
+                    apart = a["right"] <= b["left"] or b["right"] <= a["left"]
+                    assert apart or a["bottom"] <= b["top"] or b["bottom"] <= a["top"], (a, b)

@@ -15,10 +15,13 @@ import pytest
 pytest.importorskip("websockets", reason="needs websockets (pip install websockets)")
 from tests.firefox_bidi import FIREFOX, Firefox  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not Path(FIREFOX).exists(),
-    reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(FIREFOX).exists(),
+        reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
+    ),
+]
 
 # the drill-down of all the suite's cases (the last of its drill-down tables)
 DRILL = "[...document.querySelectorAll('#suite-matmul .drill')].at(-1)"
@@ -26,8 +29,11 @@ COUNT = f"() => {DRILL}.querySelector('.count').textContent"
 # the first cell of every row that is shown, in table order
 SHOWN_IDS = f"""() => [...{DRILL}.querySelectorAll('tbody tr')]
     .filter(tr => !tr.hidden).map(tr => tr.cells[0].textContent)"""
+# (scrolled into view first: the readiness verdict opens the page, so the suites start lower)
 CENTER = f"""s => {{
-    const r = {DRILL}.querySelector(s).getBoundingClientRect();
+    const el = {DRILL}.querySelector(s);
+    el.scrollIntoView({{block: "center"}});
+    const r = el.getBoundingClientRect();
     return [r.x + r.width / 2, r.y + r.height / 2];
 }}"""
 
@@ -58,6 +64,7 @@ def test_svg_charts_render(page):
     chart = page.evaluate(
         """() => {
             const svg = document.querySelector('#suite-matmul svg');
+            svg.scrollIntoView({block: "center"});  // below the verdict: bring it on screen
             const box = svg.getBoundingClientRect();
             const markers = [...svg.querySelectorAll('circle')].filter(c => c.querySelector('title'));
             return {

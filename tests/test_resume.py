@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from trainready import api
 from trainready.core.store import Store
 
@@ -28,6 +30,7 @@ def _stored(db: Path) -> int:
         return 0  # busy: a new store appears with its tables, never before them
 
 
+@pytest.mark.slow
 def test_kill_parent_then_resume(tmp_path):
     out = tmp_path / "out"
     # Same options the API call below uses, through the CLI in its own process.

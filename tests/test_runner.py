@@ -26,12 +26,14 @@ def faulty_run(tmp_path_factory):
     return summary, results
 
 
+@pytest.mark.slow
 def test_every_case_gets_a_result(faulty_run):
     summary, results = faulty_run
     assert summary.planned == len(KINDS) == 9
     assert set(results) == set(KINDS)
 
 
+@pytest.mark.slow
 def test_statuses(faulty_run):
     _, r = faulty_run
     assert r["ok"].status == "pass"
@@ -55,6 +57,7 @@ def test_statuses(faulty_run):
     assert r["ok_after"].metrics["pid"] != r["ok"].metrics["pid"]
 
 
+@pytest.mark.slow
 def test_a_segfault_leaves_its_python_stack_in_the_stderr_tail(faulty_run):
     crash = faulty_run[1]["segfault"]
     assert crash.status == "crash" and crash.diagnostics["signal"] == "SIGSEGV"

@@ -112,6 +112,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
+@pytest.mark.slow
 def test_a_signal_mid_case_ends_every_process_of_the_run(tmp_path, sig):
     token, out, pid_file = uuid.uuid4().hex, tmp_path / "runs", tmp_path / "pids.json"
     proc = start_run(

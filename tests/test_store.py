@@ -150,10 +150,13 @@ def test_concurrent_creators_and_a_reader(tmp_path):
 
 def test_a_half_made_store_is_completed(tmp_path):
     """A store left with only some tables (made by a version that created them one by one and was
-    killed midway) gets the rest when opened."""
+    killed midway) reads as it is, unchanged, and gets the rest when a writer opens it."""
     con = sqlite3.connect(tmp_path / DB_NAME)
     con.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY)")
     con.close()
-    with Store(tmp_path, create=False) as store:
+    with Store(tmp_path, create=False) as store:  # read-only: the missing tables read as empty
+        assert store.done_case_ids("r1") == set()
+    assert _tables(tmp_path / DB_NAME) == {"runs"}
+    with Store(tmp_path) as store:
         assert store.done_case_ids("r1") == set()
     assert _tables(tmp_path / DB_NAME) >= TABLES

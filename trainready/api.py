@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
 from trainready.core.context import ARTIFACTS
+from trainready.core.lock import RunLock
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
-from trainready.core.store import RunRecord, Store, StoreError, new_run_id
+from trainready.core.store import DB_NAME, RunRecord, Store, StoreError, new_run_id
 from trainready.mfu import calculate as calculate_mfu
 from trainready.suites import expand
 
@@ -101,8 +102,11 @@ def _import_requested(imports: Sequence[str] | None) -> list[str]:
 def _find_resumable(store: Store, cfg: RunConfig) -> RunRecord | None:
     identity = cfg.identity()
     for run in reversed(store.list_runs()):
-        if RunConfig.from_json(run.config).identity() == identity:
-            return run
+        try:
+            if RunConfig.from_json(run.config).identity() == identity:
+                return run
+        except (ConfigError, TypeError):  # settings no longer accepted (e.g. --budget-s nan)
+            continue
     return None
 
 
@@ -156,6 +160,7 @@ def run(
     planned = plan(cfg)
     total = sum(len(s.cases) for s in planned)
     store = Store(out)
+    lock: RunLock | None = None  # held while this process runs the run: a second is refused
     try:
         previous = _find_resumable(store, cfg) if resume else None
         if resume and previous is None:
@@ -163,10 +168,14 @@ def run(
         cfg.peaks = _peaks(cfg, planned, store, obs)
         if previous is not None:
             run_id = previous.run_id
+            lock = RunLock(store.dir, run_id)
+            lock.acquire()
             done = store.done_case_ids(run_id)
             store.update_env(run_id, {"interrupted": None})  # running again: no longer stopped
         else:
             run_id, done = new_run_id(), set()
+            lock = RunLock(store.dir, run_id)
+            lock.acquire()  # before the run is stored, where a --resume could find it
             env = snapshot(cfg.device, imports=cfg.imports)
             store.add_run(
                 RunRecord(
@@ -222,6 +231,8 @@ def run(
         store.finish_run(run_id)
         return summary
     finally:
+        if lock is not None:
+            lock.release()
         store.close()
 
 
@@ -253,6 +264,7 @@ class _MergeInput:
     planned: list[Case]
     results: list[Result]
     artifacts: Path  # RUN_DIR/artifacts (results name files under it)
+    db_path: Path | None = None  # the store it is in
 
     @property
     def case_ids(self) -> set[str]:
@@ -275,6 +287,7 @@ def _load_merge_input(ref: str | Path) -> _MergeInput:
             planned=store.planned(run_id),
             results=store.results(run_id),
             artifacts=store.dir / run_id / ARTIFACTS,
+            db_path=store.db_path,
         )
 
 
@@ -300,6 +313,18 @@ def _check_disjoint(inputs: list[_MergeInput]) -> None:
                 raise ConfigError(
                     f"case {case_id} is in both {first.label} and {item.label}{again}"
                 )
+
+
+def _check_out_is_not_an_input(inputs: list[_MergeInput], out: Path) -> None:
+    """Merging into an input's own store would add its cases there a second time, as a new
+    run beside the original."""
+    target = (out if out.suffix == ".db" else out / DB_NAME).resolve()
+    for item in inputs:
+        if item.db_path is not None and item.db_path.resolve() == target:
+            raise ConfigError(
+                f"--out {out} is the store of {item.label}: merging into it would store its "
+                "cases twice; choose another --out"
+            )
 
 
 def _missing_shards(inputs: list[_MergeInput]) -> list[str]:
@@ -350,6 +375,7 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_partial: bool = F
     if not sources:
         raise ConfigError("merge needs at least one run directory")
     inputs = [_load_merge_input(src) for src in sources]
+    _check_out_is_not_an_input(inputs, Path(out))
     _check_same_settings(inputs)
     _check_disjoint(inputs)
     missing = _missing_shards(inputs)
@@ -372,10 +398,16 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_partial: bool = F
     return run_id
 
 
-def report(*runs: str | Path, compare: str | Sequence[str] | None = None, fmt: str = "md") -> str:
+def report(
+    *runs: str | Path,
+    compare: str | Sequence[str] | None = None,
+    fmt: str = "md",
+    verdict_config: str | Path | None = None,
+) -> str:
     """`trainready report RUN... [--compare RUN2] --format FMT` as a string. A RUN is DIR (its
     latest run) or DIR:RUN_ID; the first is the primary, the other runs and `compare` (one RUN or
-    several) sit beside it."""
+    several) sit beside it. `verdict_config`: a TOML file of readiness thresholds
+    (`--verdict-config`; default: trainready/report/verdict.toml)."""
     from trainready.report import render
 
     if not runs:
@@ -383,7 +415,7 @@ def report(*runs: str | Path, compare: str | Sequence[str] | None = None, fmt: s
     compared = [compare] if isinstance(compare, (str, Path)) else list(compare or [])
     store, run_ids = open_runs([str(r) for r in (*runs, *compared)])
     with store:
-        return render(store, run_ids, fmt)
+        return render(store, run_ids, fmt, verdict_config)
 
 
 def devices(

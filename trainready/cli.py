@@ -84,6 +84,13 @@ def _devices_table(rows: list[dict[str, Any]], dtype: str) -> Table:
     return table
 
 
+VERDICT_CONFIG_OPTION = typer.Option(
+    metavar="FILE",
+    help="A TOML file of readiness thresholds, in place of the built-in ones "
+    "(trainready/report/verdict.toml; give only the keys you change).",
+)
+
+
 def _flag_help(text: str, option: str) -> str:
     return f"{text} ({', '.join(FLAG_USERS[option])})."
 
@@ -136,6 +143,7 @@ def run(
     report: Annotated[
         bool, typer.Option(help="Write report files into OUT/RUN_ID/ at the end.")
     ] = True,
+    verdict_config: Annotated[Path | None, VERDICT_CONFIG_OPTION] = None,
     executor: Annotated[
         str, typer.Option(help="local (worker processes here) or ray (tasks on a Ray cluster).")
     ] = "local",
@@ -171,7 +179,11 @@ def run(
     variants: Annotated[
         Path | None,
         typer.Option(
-            help=_flag_help("Python file of extra FlexAttention variants", "variants"),
+            help=_flag_help(
+                "Python file of extra FlexAttention variants: imported and executed, as a script "
+                "you run is (use only files you trust)",
+                "variants",
+            ),
             rich_help_panel="Suite options",
         ),
     ] = None,
@@ -200,14 +212,18 @@ def run(
         list[str] | None,
         typer.Option(
             "--set",
-            help="Any suite option as KEY=VALUE (VALUE parsed as JSON when it is).",
+            help="Any suite option as KEY=VALUE (VALUE parsed as JSON when it is); an unknown "
+            "KEY or a bad VALUE is refused. models=pkg.mod:fn (parity) imports pkg.mod and "
+            "calls fn: it runs that code (use only code you trust).",
             rich_help_panel="Suite options",
         ),
     ] = None,
 ) -> None:
     """Run suites on a device. Results are stored as they arrive; Ctrl-C keeps them (--resume)."""
     from trainready.progress import observer_for
+    from trainready.report.verdict import load_rules
 
+    load_rules(verdict_config)  # a bad thresholds file is one line now, not after the run
     flags = {
         "compile_backend": compile_backend,
         "nproc": nproc,
@@ -240,13 +256,16 @@ def run(
                 imports=imports,
             )
         except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP (core.shutdown)
-            _interrupted(obs, stop, out, report)
-    _print_summary(out, summary.run_id)
+            _interrupted(obs, stop, out, report, verdict_config)
+    _print_summary(out, summary.run_id, verdict_config)
     if report:
-        _write_reports(out, [f"{out}:{summary.run_id}"], out / summary.run_id, None)
+        refs = [f"{out}:{summary.run_id}"]
+        _write_reports(out, refs, out / summary.run_id, None, verdict_config)
 
 
-def _interrupted(obs: Any, stop: KeyboardInterrupt, out: Path, report: bool) -> NoReturn:
+def _interrupted(
+    obs: Any, stop: KeyboardInterrupt, out: Path, report: bool, verdict_config: Path | None
+) -> NoReturn:
     """A stopped run: its report files (what finished is stored), its summary, one line, and
     the shell's code for the signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
     from trainready.core.shutdown import Interrupted
@@ -259,8 +278,9 @@ def _interrupted(obs: Any, stop: KeyboardInterrupt, out: Path, report: bool) -> 
     if summary is not None:
         with contextlib.suppress(OSError):
             if report:
-                _write_reports(out, [f"{out}:{summary.run_id}"], out / summary.run_id, None)
-            _print_summary(out, summary.run_id)
+                refs = [f"{out}:{summary.run_id}"]
+                _write_reports(out, refs, out / summary.run_id, None, verdict_config)
+            _print_summary(out, summary.run_id, verdict_config)
     with contextlib.suppress(OSError):
         print_error(
             f"interrupted ({stop.signal_name}): finished cases are stored; "
@@ -283,20 +303,26 @@ def suite_options(pairs: list[str] | None, **flags: object) -> dict[str, object]
     return options
 
 
-def _print_summary(out: Path, run_id: str) -> None:
+def _print_summary(out: Path, run_id: str, verdict_config: Path | None = None) -> None:
     from trainready.core.store import Store
     from trainready.report.terminal import print_summary
 
     with Store(out, create=False) as store:
-        print_summary(console, store, run_id)
+        print_summary(console, store, run_id, verdict_config)
 
 
-def _write_reports(out: Path, refs: list[str], dest: Path, formats: list[str] | None) -> None:
+def _write_reports(
+    out: Path,
+    refs: list[str],
+    dest: Path,
+    formats: list[str] | None,
+    verdict_config: Path | None = None,
+) -> None:
     from trainready.report import FORMATS, write_reports
 
     store, run_ids = api.open_runs(refs)
     with store:
-        paths = write_reports(store, run_ids, dest, formats or list(FORMATS))
+        paths = write_reports(store, run_ids, dest, formats or list(FORMATS), verdict_config)
     for fmt, path in paths.items():
         console.print(f"{fmt:>6}: {path}")
 
@@ -317,9 +343,10 @@ def report(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
+    verdict_config: Annotated[Path | None, VERDICT_CONFIG_OPTION] = None,
 ) -> None:
     """Render a report for a run, optionally side by side with other runs."""
-    text = api.report(*runs, compare=compare, fmt=format)
+    text = api.report(*runs, compare=compare, fmt=format, verdict_config=verdict_config)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
@@ -363,7 +390,15 @@ def mfu(
     ],
     seq_len: Annotated[int, typer.Option(help="Sequence length T.")],
     tokens_per_s: Annotated[float, typer.Option(help="Total tokens/s across all devices.")],
-    devices: Annotated[int, typer.Option(help="Number of devices D (X is their total).")],
+    devices: Annotated[
+        int,
+        typer.Option(
+            help="Number of devices D (X is their total), counted as the peak is given: GPUs "
+            "for GPU kinds, chips for the -chip and TPU kinds, logical NeuronCores for the "
+            "trn*-core kinds (LNC=2, 4 per chip: a trn2.48xlarge is 64), and for "
+            "--peak-tflops whatever that peak is per."
+        ),
+    ],
     device_kind: Annotated[
         str | None, typer.Option(help=f"A key of the peak table: {', '.join(KINDS)}.")
     ] = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -60,8 +61,14 @@ class RunConfig:
             check_choice("dtype", self.dtype, DTYPES)
         if self.jobs < 1:
             raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise ConfigError(f"--budget-s must be > 0, got {self.budget_s}")
+        if self.budget_s is not None and not (0 < self.budget_s < math.inf):  # nan fails too
+            raise ConfigError(f"--budget-s must be a finite number > 0, got {self.budget_s}")
+        if self.mem_limit_mb is not None and self.mem_limit_mb <= 0:
+            raise ConfigError(f"--mem-limit-mb must be > 0, got {self.mem_limit_mb}")
+        if self.filter is not None and not self.filter.strip():
+            raise ConfigError(
+                f"--filter {self.filter!r} is empty: give a glob over case ids, or leave it out"
+            )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -6,16 +6,22 @@ A run fails the gate when
 - a gated metric of a suite regresses beyond the threshold. Metrics are compared case by case over
   the cases that pass in both runs; the suite's median ratio (run / baseline) is what is gated, so one
   noisy case does not fail a build, while the worst case is reported. Which way is better comes from
-  the suite's report section (METRIC_GOALS).
+  the suite's report section (METRIC_GOALS), or
+- a case the baseline ran has no result in the run (another suite set, a narrower --filter, an
+  interrupted run): what was not run cannot have regressed, so passing would say more than the run
+  does. `allow_missing` (`--allow-missing`) lets such a run pass; the missing cases are named either
+  way.
 """
 
 from __future__ import annotations
 
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass, field
 
 from trainready.core.store import Store
+from trainready.report.fmt import plural
 from trainready.report.model import Comparison, RatioSummary, build_report
 
 
@@ -40,7 +46,7 @@ class MetricCheck:
     def describe(self) -> str:
         return (
             f"{self.suite} {self.metric}: median ratio {self.summary.median:.3f} over "
-            f"{self.summary.cases} cases ({self.goal} is better; worst case "
+            f"{plural(self.summary.cases, 'case')} ({self.goal} is better; worst case "
             f"{self.summary.low if self.goal == 'higher' else self.summary.high:.3f}); "
             f"{'within' if self.ok else 'beyond'} the {self.threshold:.1%} threshold"
         )
@@ -52,10 +58,28 @@ class GateResult:
     baseline_id: str
     newly_failing: list[tuple[str, str, str]] = field(default_factory=list)  # id, was, now
     metrics: list[MetricCheck] = field(default_factory=list)
+    # Cases the baseline ran (id, its status there) that have no result in the run.
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    allow_missing: bool = False
 
     @property
     def passed(self) -> bool:
-        return not self.newly_failing and all(m.ok for m in self.metrics)
+        missing_ok = self.allow_missing or not self.missing
+        return not self.newly_failing and all(m.ok for m in self.metrics) and missing_ok
+
+    def missing_by_suite(self) -> dict[str, int]:
+        """Suite -> missing cases (a case id starts with its suite)."""
+        return dict(Counter(case_id.split("/", 1)[0] for case_id, _ in self.missing))
+
+    def describe_missing(self, named: int = 5) -> str:
+        """'353 cases the baseline ran have no result here (parity 120, ...), e.g. A, B, ...'."""
+        per = ", ".join(f"{s} {n}" for s, n in sorted(self.missing_by_suite().items()))
+        ids = [case_id for case_id, _ in self.missing]
+        examples = ", ".join(ids[:named]) + (", …" if len(ids) > named else "")
+        return (
+            f"{len(ids)} {'case' if len(ids) == 1 else 'cases'} the baseline ran "
+            f"{'has' if len(ids) == 1 else 'have'} no result here ({per}), e.g. {examples}"
+        )
 
 
 def parse_threshold(text: str) -> float:
@@ -72,12 +96,19 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def evaluate(store: Store, run_id: str, baseline_id: str, max_slowdown: float) -> GateResult:
+def evaluate(
+    store: Store, run_id: str, baseline_id: str, max_slowdown: float, allow_missing: bool = False
+) -> GateResult:
     from trainready.report.sections import METRIC_GOALS
 
     comparison: Comparison = build_report(store, [run_id, baseline_id]).comparisons[0]
-    result = GateResult(run_id, baseline_id)
+    result = GateResult(run_id, baseline_id, allow_missing=allow_missing)
     result.newly_failing = [(c.case_id, c.reference, c.status) for c in comparison.newly_failing]
+    ran = comparison.primary.by_id
+    result.missing = [
+        (r.case_id, r.status) for r in comparison.reference.results if r.case_id not in ran
+    ]
+    result.missing.sort()
     for summary in comparison.ratios():
         goal = METRIC_GOALS.get(summary.suite, {}).get(summary.metric)
         if goal:
@@ -99,6 +130,14 @@ def junit(result: GateResult) -> str:
         tc = ET.SubElement(ts, "testcase", classname=f"gate.{m.suite}", name=m.metric)
         if not m.ok:
             ET.SubElement(tc, "failure", type="regression", message=m.describe())
+    if result.missing:
+        tc = ET.SubElement(ts, "testcase", classname="gate.coverage", name="baseline cases run")
+        message = result.describe_missing()
+        if result.allow_missing:
+            ET.SubElement(tc, "skipped", message=f"allowed (--allow-missing): {message}")
+        else:
+            failure = ET.SubElement(tc, "failure", type="missing", message=message)
+            failure.text = "\n".join(case_id for case_id, _ in result.missing)
     cases = ts.findall("testcase")
     failures = sum(tc.find("failure") is not None for tc in cases)
     for el in (ts, root):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +27,11 @@ class HistoryRow:
     preset: str
     pass_rate: dict[str, float | None]  # suite -> passed / planned (and "all")
     headline: dict[str, float] = field(default_factory=dict)  # numeric headline stats
+    # How each headline reads (MFU as a percentage...), as the scorecard shows it; not in JSON.
+    shows: dict[str, Callable[[Any], str]] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "shows"}
 
 
 def _device_name(run: RunRecord) -> str:
@@ -48,11 +51,8 @@ def collect(store: Store, device: str | None = None) -> list[HistoryRow]:
         view = build_run(rec, store.results(rec.run_id), name, store.planned(rec.run_id))
         rates = {s: summary.pass_rate for s, summary in view.suites.items()}
         rates["all"] = view.total.pass_rate
-        stats = {
-            st.label: float(st.value)
-            for st in headlines(view)
-            if isinstance(st.value, (int, float))
-        }
+        numeric = [st for st in headlines(view) if isinstance(st.value, (int, float))]
+        stats = {st.label: float(st.value) for st in numeric}
         rows.append(
             HistoryRow(
                 run_id=rec.run_id,
@@ -63,6 +63,7 @@ def collect(store: Store, device: str | None = None) -> list[HistoryRow]:
                 preset=rec.preset,
                 pass_rate=rates,
                 headline=stats,
+                shows={st.label: st.show for st in numeric},
             )
         )
     return rows
@@ -78,7 +79,8 @@ def sections(rows: list[HistoryRow]) -> list[Section]:
     columns = [Column("run"), Column("date (UTC)"), Column("device"), Column("torch"),
                Column("git"), Column("preset")]  # fmt: skip
     columns += [num(f"pass {s}", fmt.percent) for s in suites]
-    columns += [num(k, fmt.number) for k in stats]
+    shows = {k: show for r in rows for k, show in r.shows.items()}
+    columns += [num(k, shows.get(k, fmt.number)) for k in stats]
     table_rows = [
         [r.run_id, _when(r.created_at), r.device, r.torch, r.git_sha, r.preset]
         + [r.pass_rate.get(s) for s in suites]
@@ -105,7 +107,7 @@ def sections(rows: list[HistoryRow]) -> list[Section]:
     chart = Chart(
         xy_chart(
             series,
-            Axis("run (oldest first)"),
+            Axis("run (oldest first)", integer=True),
             Axis("pass rate %", zero=True),
             title="Pass rate over runs",
         ),  # fmt: skip
@@ -114,16 +116,28 @@ def sections(rows: list[HistoryRow]) -> list[Section]:
     return [Section("History", [chart, table], "history")]
 
 
+FORMATS = ("md", "json", "html")
+# What Markdown and the terminal say where the chart would be: the command that draws it.
+CHART_NOTE = "trainready history -f html -o history.html draws it"
+
+
 def render(rows: list[HistoryRow], fmt_name: str) -> str:
     from trainready.config import check_choice
 
-    check_choice("history format", fmt_name, ("md", "json", "html"))
+    check_choice("history format", fmt_name, FORMATS)
     if fmt_name == "json":
         return json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True)
     if fmt_name == "md":
         from trainready.report.markdown import page as md_page
 
-        return md_page("trainready history", sections(rows))
+        return md_page("trainready history", sections(rows), chart_note=CHART_NOTE)
     from trainready.report.html import page as html_page
 
-    return html_page("trainready history", f"{len(rows)} runs", sections(rows))
+    return html_page("trainready history", fmt.plural(len(rows), "run"), sections(rows))
+
+
+def print_terminal(console: Any, rows: list[HistoryRow]) -> None:
+    """The history for a terminal: the table, drawn (no Markdown), and where the chart is."""
+    from trainready.report.terminal import print_sections
+
+    print_sections(console, sections(rows), chart_note=CHART_NOTE)

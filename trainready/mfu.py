@@ -13,7 +13,7 @@ from typing import Any
 
 from trainready.config import ConfigError
 from trainready.models.specs import ModelSpec, get_spec
-from trainready.peaks import peak_flops_for_kind
+from trainready.peaks import device_unit, peak_flops_for_kind
 from trainready.probes.flops import mfu as mfu_fraction
 from trainready.probes.flops import model_flops_per_token
 
@@ -42,6 +42,9 @@ def _resolve_peak(
         _check_positive_number("--peak-tflops", peak_tflops)
         return peak_tflops * 1e12, "given with --peak-tflops"
     return peak_flops_for_kind(device_kind, dtype), f"peak table: {device_kind}, {dtype}"
+
+
+_PER_GIVEN_PEAK = "devices (each with the --peak-tflops peak)"
 
 
 def _params_note(spec: ModelSpec) -> str:
@@ -79,6 +82,8 @@ def calculate(
         "seq_len": seq_len,
         "tokens_per_s": tokens_per_s,
         "devices": devices,
+        # What --devices counted: GPUs, chips or logical NeuronCores, as the peak is per one.
+        "device_unit": device_unit(device_kind, devices) if device_kind else _PER_GIVEN_PEAK,
         "dtype": dtype,
         "params": flops.params,
         "params_note": _params_note(spec),
@@ -132,7 +137,7 @@ def format_text(result: dict[str, Any]) -> str:
         ),
         (
             "Per device",
-            f"{r['tokens_per_s']:,.1f} tokens/s / {r['devices']} devices"
+            f"{r['tokens_per_s']:,.1f} tokens/s / {r['devices']} {r['device_unit']}"
             f" = {r['tokens_per_s_per_device']:,.1f} tokens/s",
         ),
         (

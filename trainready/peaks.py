@@ -193,6 +193,27 @@ PEAKS: dict[str, dict[str, float]] = {
 
 KINDS: list[str] = sorted(PEAKS)
 
+# What one device of a kind is, i.e. what `trainready mfu --devices` counts: (one, many). A
+# Trainium "-core" kind is one logical NeuronCore at LNC=2, what one torch "neuron:N" device
+# is (4 per chip: a trn2.48xlarge's 16 chips are 64 of them); a "-chip" kind is the whole chip.
+_LOGICAL_CORE = (
+    "logical NeuronCore (LNC=2, 4 per chip)",
+    "logical NeuronCores (LNC=2, 4 per chip)",
+)
+
+
+def device_unit(kind: str, count: int = 1) -> str:
+    """What `count` devices of `kind` are called: 'GPU', '8 GPUs' style nouns ('chips',
+    'logical NeuronCores (LNC=2, 4 per chip)'), singular for a count of 1."""
+    if kind.startswith("trn") and kind.endswith("-core"):
+        one, many = _LOGICAL_CORE
+    elif kind.endswith("-chip") or kind.startswith("tpu"):
+        one, many = "chip", "chips"
+    else:
+        one, many = "GPU", "GPUs"
+    return one if count == 1 else many
+
+
 # Runtime device name -> kind, first match wins (case-insensitive `re.search`), so the more
 # specific pattern of a family comes first. Names are what the runtime reports, e.g.
 # torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3" is the SXM part ("HBM3" board; PCIe

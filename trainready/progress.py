@@ -26,10 +26,12 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 
 from trainready.api import Observer
 from trainready.clikit import warn
 from trainready.core.case import FAILING, Case, Result
+from trainready.report.fmt import plural
 
 STATUS_STYLE = {
     "pass": "green",
@@ -100,7 +102,7 @@ class RunProgress(Observer):
             warn(line)
         self.planned, self.already_done = total, already_done
         self.console.print(
-            f"run [bold]{run_id}[/]: {total} cases"
+            f"run [bold]{run_id}[/]: {plural(total, 'case')}"
             + (f", {already_done} already done (resuming)" if already_done else "")
         )
 
@@ -118,24 +120,37 @@ class RunProgress(Observer):
             )
 
 
+# Width of the bar itself: what matters on the line is the count, the time and the ETA.
+BAR_WIDTH = 12
+
+
+def _fixed() -> Column:
+    return Column(no_wrap=True)
+
+
 class RichObserver(RunProgress):
     """The progress bar, for a terminal. It starts when the run is planned, so a run refused
-    before it starts prints nothing on stdout."""
+    before it starts prints nothing on stdout. The line keeps the count, the tally, the elapsed
+    time and the ETA whole; the case in flight takes what room is left (an 80-column terminal
+    shows its start, cut with an ellipsis)."""
 
     def __init__(self, console: Console, warnings: list[str] | None = None):
         super().__init__(console, warnings)
         self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[tally]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            TextColumn("[dim]{task.fields[current]}"),
+            SpinnerColumn(table_column=_fixed()),
+            BarColumn(bar_width=BAR_WIDTH, table_column=_fixed()),
+            MofNCompleteColumn(table_column=_fixed()),
+            TextColumn("{task.fields[tally]}", table_column=_fixed()),
+            TimeElapsedColumn(table_column=_fixed()),
+            TextColumn("ETA", table_column=_fixed()),
+            TimeRemainingColumn(table_column=_fixed()),
+            TextColumn(
+                "[dim]{task.fields[current]}",
+                table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis", min_width=1),
+            ),
             console=console,
             transient=False,
+            expand=True,
         )
         self.task = None
 

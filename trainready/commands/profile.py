@@ -14,6 +14,7 @@ import typer
 
 from trainready.clikit import IMPORT_OPTION, console, fail, guard
 from trainready.imports import import_modules, requested
+from trainready.report import fmt
 
 
 def _target(command: list[str]) -> list[str]:
@@ -53,13 +54,26 @@ def _pct(value: Any) -> str:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    from rich.table import Table
 
     console.print(
         f"[bold]{s['path']}[/] rank {s['rank']} - {s['events']:,} events"
         + (f" - {s['device']}" if s["device"] else "")
         + (" - last profiler step left out" if s["window"]["trimmed_last_step"] else "")
     )
+    if s.get("device_activity", True):
+        _print_device_tables(s)
+    else:
+        console.print(
+            "no device activity in this trace (a CPU-only run): no device time, kernel types, "
+            "idle streams, launches or communication overlap to show"
+        )
+    _print_host_tables(s)
+
+
+def _print_device_tables(s: dict[str, Any]) -> None:
+    """What ran on the device: its time, kernel types, idle streams, launches, overlap."""
+    from rich.table import Table
+
     t = s["temporal"]
     table = Table(title="Device time (first to last activity)")
     for col in ("span", "idle", "compute", "non-compute"):
@@ -102,6 +116,13 @@ def _print_summary(s: dict[str, Any]) -> None:
         "communication overlapped by computation: "
         + ("no communication" if ov is None else _pct(ov))
     )
+
+
+def _print_host_tables(s: dict[str, Any]) -> None:
+    """FLOPs and MFU per op, dependencies, critical path, memory, your code, steps."""
+    from rich.table import Table
+
+    on_device = s.get("device_activity", True)
     fl = s["flops"]
     if fl["ops"]:
         ft = Table(title=f"Matmul/conv/attention FLOPs: {fl['ops']:,} op calls, "
@@ -115,8 +136,8 @@ def _print_summary(s: dict[str, Any]) -> None:
                 g["dtype"],
                 str(g["calls"]),
                 _ms(g["time_ns"]),
-                "-" if g["tflops"] is None else f"{g['tflops']:.3g}",
-                "-" if g["mfu"] is None else f"{100 * g['mfu']:.1f}%",
+                "-" if g["tflops"] is None else fmt.number(g["tflops"]),
+                "-" if g["mfu"] is None else fmt.percent(g["mfu"]),
             )
         console.print(ft)
         console.print("MFU " + "; ".join(sorted({g["peak"] for g in fl["top"]})))
@@ -128,8 +149,8 @@ def _print_summary(s: dict[str, Any]) -> None:
                 _short_kernel(g["kernel"]),
                 str(g["calls"]),
                 _ms(g["time_ns"]),
-                "-" if g["tflops"] is None else f"{g['tflops']:.3g}",
-                "-" if g["mfu"] is None else f"{100 * g['mfu']:.1f}%",
+                "-" if g["tflops"] is None else fmt.number(g["tflops"]),
+                "-" if g["mfu"] is None else fmt.percent(g["mfu"]),
             )
         if fl["kernels"]:
             console.print(kt)
@@ -157,24 +178,27 @@ def _print_summary(s: dict[str, Any]) -> None:
         )
     if s["source"]:
         src = Table(title=f"Your code by {s['source'][0]['timed_on']} time")
-        for col in ("function", "time", "events"):
-            src.add_column(col, justify="left" if col == "function" else "right")
+        head = "your code → the call it made"
+        for col in (head, "time", "events"):
+            src.add_column(col, justify="left" if col == head else "right")
         for row in s["source"]:
             src.add_row(row["line"], _ms(row["time_ns"]), f"{row['events']:,}")
         console.print(src)
     if s["steps"]:
         st = Table(title="Profiler steps")
-        for col in ("step", "step time", "host", "device busy", "compute", "activities"):
+        columns = ["step", "step time", "host"]
+        columns += ["device busy", "compute", "activities"] if on_device else []
+        for col in columns:
             st.add_column(col, justify="right")
         for step in s["steps"]:
-            st.add_row(
-                str(step["step"]),
-                _ms(step["step_ns"]),
-                _ms(step["host_ns"]),
-                _ms(step["device_busy_ns"]),
-                _ms(step["compute_ns"]),
-                f"{step['activities']:,}",
-            )
+            row = [str(step["step"]), _ms(step["step_ns"]), _ms(step["host_ns"])]
+            if on_device:
+                row += [
+                    _ms(step["device_busy_ns"]),
+                    _ms(step["compute_ns"]),
+                    f"{step['activities']:,}",
+                ]
+            st.add_row(*row)
         console.print(st)
 
 

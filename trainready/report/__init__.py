@@ -31,18 +31,26 @@ _RENDERERS: dict[str, Callable[[Report], str]] = {
 }
 
 
-def render(store: Store, run_ids: list[str], fmt: str) -> str:
-    """One report of `run_ids` (primary first, compared with the rest) in format `fmt`."""
+def render(
+    store: Store, run_ids: list[str], fmt: str, verdict_config: str | Path | None = None
+) -> str:
+    """One report of `run_ids` (primary first, compared with the rest) in format `fmt`;
+    `verdict_config`: a TOML file of readiness thresholds (default: the built-in ones)."""
     check_choice("report format", fmt, FORMATS)
-    return _RENDERERS[fmt](build_report(store, run_ids))
+    return _RENDERERS[fmt](build_report(store, run_ids, verdict_config))
 
 
 def write_reports(
-    store: Store, run_ids: list[str], out_dir: str | Path, formats: Iterable[str] = FORMATS
+    store: Store,
+    run_ids: list[str],
+    out_dir: str | Path,
+    formats: Iterable[str] = FORMATS,
+    verdict_config: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write each format to `out_dir` (report.md, report.json, ...) and return the paths."""
     formats = [check_choice("report format", f, FORMATS) for f in formats]
-    report = build_report(store, run_ids)  # read the store once, whatever the number of formats
+    # Read the store once, whatever the number of formats.
+    report = build_report(store, run_ids, verdict_config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}

@@ -18,7 +18,10 @@ Cell = str | int | float | None
 @dataclass(frozen=True)
 class Column:
     name: str
-    kind: str = "text"  # "text", "num" (right-aligned, sorts numerically) or "status"
+    # "text", "num" (right-aligned, sorts numerically), "status" (a case's status), "verdict"
+    # (a readiness level: ready, partial, not ready, not tested) or "link" (the value is a
+    # section's anchor, `show` gives its title: HTML and Markdown link to it)
+    kind: str = "text"
     show: Callable[[Any], str] = fmt.text
 
     def cell(self, value: Cell) -> str:
@@ -39,6 +42,13 @@ class Table:
     caption: str = ""
     # A drill-down: sortable and filterable in HTML, folded away in Markdown.
     drill_down: bool = False
+    empty: str = ""  # the sentence every format shows instead of a table without rows
+
+    @property
+    def empty_text(self) -> str:
+        if self.empty:
+            return self.empty
+        return f"{self.caption}: none." if self.caption else "Nothing to show."
 
     def status_index(self) -> int | None:
         return next((i for i, c in enumerate(self.columns) if c.kind == "status"), None)
@@ -52,6 +62,8 @@ class Stat:
     value: Any
     show: Callable[[Any], str] = fmt.text
     note: str = ""
+    delta: str = ""  # against the runs compared with, e.g. "cpu 97.6%: -2.1 pts"
+    level: str = ""  # a readiness level (fmt.VERDICT_COLORS): the tile takes its colour
 
     @property
     def text(self) -> str:

@@ -17,6 +17,8 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#0
 MARKERS = ("circle", "square", "triangle", "diamond")
 # Besides MARKERS: "dot" (a small circle, for a reference drawn under the data) and "none".
 LEFT = 64  # room for the y tick labels and the y axis label
+LEGEND_RIGHT_MAX = 260  # px a legend right of the plot may take; longer names go below it
+LEGEND_ROW = 18  # px per legend entry
 TITLE_CHAR_PX = 8  # rough width of a 14px title character: longer titles are cut to fit
 
 
@@ -43,6 +45,9 @@ class Axis:
     log: bool = False
     zero: bool = False  # include 0 in the range (linear axes): bars of "how much" start at 0
     ticks: Callable[[float], str] | None = None  # tick label format; None: compact numbers
+    # Values are whole numbers (run 1, 2, 3): ticks only on them, and half a step of room on
+    # either side, so one run is one tick, not an axis from 0.4 to 1.6.
+    integer: bool = False
 
 
 @dataclass
@@ -74,6 +79,11 @@ def _scale(values: list[float], axis: Axis) -> _Scale:
             ticks = sorted(t * m for t in ticks for m in (1, 2, 5) if t * m <= 10.0**hi_e)
         return _Scale(10.0**lo_e, 10.0**hi_e, True, ticks)
     lo, hi = min(values), max(values)
+    if axis.integer:
+        step = max(1, math.ceil(_nice_step(max(hi - lo, 1) / 5)))
+        first, last = math.floor(lo), math.ceil(hi)
+        ticks = [float(t) for t in range(first, last + 1, step)]
+        return _Scale(first - 0.5, last + 0.5, False, ticks)
     if axis.zero:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
     if lo == hi:
@@ -138,9 +148,25 @@ def xy_chart(
     width: int = 880,
     height: int = 420,
 ) -> str:
-    """A scatter (or line) chart of several series with a legend, as an inline SVG string."""
-    body = _plot(series, x, y, title, width, height, legend=True)
-    return "\n".join([_head(width, height, title or y.label), *body, "</svg>"])
+    """A scatter (or line) chart of several series with a legend, as an inline SVG string.
+
+    The legend sits right of the plot; where the longest name would not fit there, it goes below
+    the plot instead, in as many columns as fit, so every name stays whole."""
+    widest = max((_swatch_width(s) for s in series), default=0)
+    if 20 + widest <= LEGEND_RIGHT_MAX:
+        body = _plot(series, x, y, title, width, height, legend=True)
+        return "\n".join([_head(width, height, title or y.label), *body, "</svg>"])
+    body = _plot(series, x, y, title, width, height, legend=False)
+    entry = widest + 24
+    columns = max(1, (width - LEFT) // entry)
+    rows = math.ceil(len(series) / columns)
+    total = height + rows * LEGEND_ROW + 8
+    legend = []
+    for i, (s, color) in enumerate(zip(series, _colors(series), strict=True)):
+        lx = LEFT + (i % columns) * entry
+        legend += _swatch(s, color, lx, height + 4 + (i // columns) * LEGEND_ROW)
+    head = _head(width, total, title or y.label)
+    return "\n".join([head, *body, '<g class="legend">', *legend, "</g>", "</svg>"])
 
 
 @dataclass
@@ -217,7 +243,7 @@ def _plot(
         ]
     sx, sy = _scale([p.x for p in points], x), _scale([p.y for p in points], y)
 
-    legend_w = min(260, 20 + max(_swatch_width(s) for s in series)) if legend else 0
+    legend_w = min(LEGEND_RIGHT_MAX, 20 + max(_swatch_width(s) for s in series)) if legend else 0
     left, right, top, bottom = LEFT, width - legend_w - 16, 36 if title else 16, height - 48
 
     def px(v: float) -> float:
@@ -268,7 +294,7 @@ def _plot(
         out.append("</g>")
     if legend:
         for i, (s, color) in enumerate(zip(series, colors, strict=True)):
-            out += _swatch(s, color, right + 16, top + 8 + 18 * i)
+            out += _swatch(s, color, right + 16, top + 8 + LEGEND_ROW * i)
     return out
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from trainready.core.case import STATUSES
-from trainready.report import fmt
+from trainready.report import fmt, verdict
 from trainready.report.blocks import STATUS, Block, Column, Section, Stat, Stats, Table, Text, num
-from trainready.report.model import NOT_RUN, Comparison, Report, StatusChange
+from trainready.report.model import NOT_RUN, Comparison, Report, RunView, StatusChange, finite
 from trainready.report.sections import headlines, suite_section
+
+# Where the readiness criteria are written down (the thresholds: trainready/report/verdict.toml).
+CRITERIA = "README, 'The readiness verdict'"
 
 
 def title(report: Report) -> str:
@@ -27,23 +30,63 @@ def build(report: Report) -> list[Section]:
 
 
 def summary(report: Report) -> list[Section]:
-    """What a reader needs first: how each run did, by suite, why cases failed, what changed."""
+    """What a reader needs first: is the device ready, how each run did, by suite, why cases
+    failed, what was not supported or not run, what changed."""
     return [
+        readiness(report),
         overview(report),
         by_suite(report),
         causes(report),
+        gaps(report),
         *(comparison(c) for c in report.comparisons),
     ]
 
 
+def readiness(report: Report) -> Section:
+    """The verdict, one line per dimension, with the reason that decides it and where to look."""
+    verdicts = [(run, verdict.judge(run, report.rules)) for run in report.runs]
+    tiles = [
+        Stat(
+            f"{run.label}: {v.overall.name}" if report.multi else v.overall.name,
+            v.overall.status,
+            note=v.overall.reason,
+            level=v.overall.status,
+        )
+        for run, v in verdicts
+    ]
+    primary = verdicts[0][1]
+    titles = {line.section: line.section_title for _, v in verdicts for line in v.lines}
+    columns = [
+        Column("dimension"),
+        *(Column(run.label if report.multi else "verdict", "verdict") for run, _ in verdicts),
+        Column(f"why ({report.primary.label})" if report.multi else "why"),
+        Column("evidence", "link", lambda anchor: titles.get(anchor) or str(anchor)),
+    ]
+    rows = [
+        [line.name, *(v.lines[i].status for _, v in verdicts), line.reason, line.section]
+        for i, line in enumerate(primary.lines)
+    ]
+    source = primary.source
+    caption = f"Readiness by dimension (criteria: {CRITERIA}; thresholds: {source})"
+    return Section("Readiness", [Stats(tiles), Table(columns, rows, caption)], "readiness")
+
+
+def _tiles(run: RunView) -> list[Stat]:
+    t = run.total
+    planned = fmt.plural(t.total, "planned case")
+    note = f"{t.passed} of {planned} {'passes' if t.passed == 1 else 'pass'}, {t.failed} fail, "
+    note += f"{t.not_run} not run"
+    return [Stat("pass rate", t.pass_rate, _percent_or_none, note), *headlines(run)]
+
+
 def overview(report: Report) -> Section:
-    stats = []
-    for run in report.runs:
-        t = run.total
-        prefix = f"{run.label}: " if report.multi else ""
-        note = f"{t.passed} of {t.total} planned cases pass, {t.failed} fail, {t.not_run} not run"
-        stats.append(Stat(f"{prefix}pass rate", t.pass_rate, _percent_or_none, note))
-        stats += [Stat(prefix + s.label, s.value, s.show, s.note) for s in headlines(run)]
+    """The primary run's headline numbers; with runs compared, each tile also says what every
+    other run measured and the difference (points for percentages, a ratio otherwise)."""
+    stats = _tiles(report.primary)
+    if report.multi:
+        others = [(run, {s.label: s for s in _tiles(run)}) for run in report.runs[1:]]
+        for s in stats:
+            s.delta = "; ".join(_delta(s, by_label.get(s.label), run) for run, by_label in others)
     runs = Text(
         "\n".join(
             f"{r.label}: run {r.run_id}, {r.record.preset} preset, suites {fmt.text(r.record.suites)},"
@@ -51,7 +94,36 @@ def overview(report: Report) -> Section:
             for r in report.runs
         )
     )
-    return Section("Overview", [Stats(stats), runs], "overview")
+    blocks: list[Block] = [Stats(stats), runs]
+    if report.multi:
+        mine = {s.label for s in stats}
+        extra = sorted(
+            {s.label for run in report.runs[1:] for s in _tiles(run)} - mine, key=str.lower
+        )
+        line = f"Tiles: {report.primary.label}, each against {_names(report.runs[1:])}"
+        if extra:
+            line += f"; measured only there: {', '.join(extra)}"
+        blocks.insert(0, Text(line))
+    return Section("Overview", blocks, "overview")
+
+
+def _names(runs: list[RunView]) -> str:
+    return ", ".join(run.label for run in runs)
+
+
+def _delta(mine: Stat, theirs: Stat | None, run: RunView) -> str:
+    """'cpu 97.6%: -2.1 pts', 'cpu 1.2×: ×1.5', 'cpu: not measured'."""
+    if theirs is None:
+        return f"{run.label}: not measured"
+    text = f"{run.label} {theirs.text}"
+    a, b = mine.value, theirs.value
+    if not (finite(a) and finite(b)):
+        return text
+    if mine.text.endswith("%") and theirs.text.endswith("%"):
+        return f"{text}: {fmt.points(a - b)}"
+    if b:
+        return f"{text}: ×{fmt.ratio(a / b).removesuffix('×')}"
+    return text
 
 
 def _partial_note(env: dict) -> str:
@@ -113,8 +185,8 @@ def by_suite(report: Report) -> Section:
     return Section("Results by suite", [Table(columns, rows, caption)], "by-suite")
 
 
-def causes(report: Report) -> Section:
-    rows = [
+def _cause_rows(report: Report, failing: bool) -> list[list]:
+    return [
         [
             *([run.label] if report.multi else []),
             c.status,
@@ -125,10 +197,12 @@ def causes(report: Report) -> Section:
         ]
         for run in report.runs
         for c in run.causes
+        if c.failing == failing
     ]
-    if not rows:
-        return Section("Failures by cause", [Text("Every finished case passed.")], "causes")
-    columns = [
+
+
+def _cause_columns(report: Report) -> list[Column]:
+    return [
         *([Column("run")] if report.multi else []),
         STATUS,
         Column("phase"),
@@ -136,13 +210,44 @@ def causes(report: Report) -> Section:
         num("cases"),
         Column("examples"),
     ]
-    caption = "Non-passing cases grouped by status, phase and reason; failures first"
-    return Section("Failures by cause", [Table(columns, rows, caption)], "causes")
+
+
+def causes(report: Report) -> Section:
+    """The cases that failed (wrong numbers, compile errors, raised, timed out, crashed, out of
+    memory), grouped by status, phase and reason."""
+    rows = _cause_rows(report, failing=True)
+    caption = "Failing cases grouped by status, phase and reason, the most cases first"
+    table = Table(_cause_columns(report), rows, caption, empty="No case failed.")
+    return Section("Failures by cause", [table], "causes")
+
+
+def gaps(report: Report) -> Section:
+    """What did not fail but did not pass either: unsupported (the backend says it cannot),
+    skipped (not the device's) and planned cases without a result."""
+    rows = _cause_rows(report, failing=False)
+    caption = "Cases that did not run to a verdict, grouped by status, phase and reason"
+    empty = "Every planned case ran: none unsupported, skipped or not run."
+    table = Table(_cause_columns(report), rows, caption, empty=empty)
+    return Section("Not supported / skipped", [table], "gaps")
+
+
+def _left_out(by_suite: dict[str, int], run: RunView) -> str:
+    total = sum(by_suite.values())
+    per = ", ".join(f"{suite} {n}" for suite, n in sorted(by_suite.items()))
+    return f"{fmt.plural(total, 'case')} only {run.label} planned ({per})"
 
 
 def comparison(c: Comparison) -> Section:
     primary, ref = c.primary.label, c.reference.label
+    scope = f"Compared over the {fmt.plural(c.compared, 'case')} both runs planned"
+    left = [
+        _left_out(by, run)
+        for by, run in ((c.only_primary, c.primary), (c.only_reference, c.reference))
+        if by
+    ]
+    scope += f"; left out: {'; '.join(left)}." if left else "."
     blocks: list[Block] = [
+        Text(scope),
         Stats(
             [
                 Stat(
@@ -153,7 +258,7 @@ def comparison(c: Comparison) -> Section:
                 ),
                 Stat("status changes", len(c.changes), note="cases whose status differs"),
             ]
-        )
+        ),
     ]
     for title, changes in (
         ("Newly failing", c.newly_failing),
@@ -203,13 +308,12 @@ def environment(report: Report) -> Section:
         }
         record["started"] = fmt.timestamp(run.record.created_at)
         record["finished"] = fmt.timestamp(run.record.finished_at)
-        flat.append(
-            {
-                **record,
-                **fmt.flatten(run.record.env, "env"),
-                **fmt.flatten(run.record.config, "config"),
-            }
-        )
+        values = {
+            **record,
+            **fmt.flatten(run.record.env, "env"),
+            **fmt.flatten(run.record.config, "config"),
+        }
+        flat.append({k: fmt.keyed(k, v) for k, v in values.items()})
     keys = list(dict.fromkeys(k for d in flat for k in d))
     columns = [Column("key"), *(Column(run.label) for run in report.runs)]
     rows = [[k, *(d.get(k) for d in flat)] for k in keys]

@@ -24,6 +24,15 @@ STATUS_COLORS = {
 }
 
 
+# The readiness verdict's levels (trainready.report.verdict): green, amber, red, grey.
+VERDICT_COLORS = {
+    "ready": "#1a7f37",
+    "partial": "#9a6700",
+    "not ready": "#cf222e",
+    "not tested": "#6e7781",
+}
+
+
 def status(value: str) -> str:
     return "not run" if value == NOT_RUN else value
 
@@ -36,8 +45,14 @@ def text(value: Any) -> str:
     return str(value)
 
 
+# Below this a number is written with an exponent (a relative error of 1e-9, say): anything
+# larger reads as a plain decimal, in prose and tables alike.
+SMALLEST_PLAIN = 1e-6
+
+
 def number(value: float) -> str:
-    """Three significant digits or so, without exponents for everyday magnitudes."""
+    """The one way numbers read in prose and tables: three significant digits or so, thousands
+    separated, no exponent for everyday magnitudes (0.000489, 1,120, 4.89)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if not math.isfinite(value):
@@ -53,6 +68,9 @@ def number(value: float) -> str:
         return f"{value:.2f}"
     if a >= 0.001:
         return f"{value:.4f}".rstrip("0")
+    if a >= SMALLEST_PLAIN:
+        digits = 2 - math.floor(math.log10(a))  # three significant digits
+        return f"{value:.{digits}f}".rstrip("0")
     return f"{value:.2e}"
 
 
@@ -70,15 +88,27 @@ def seconds(value: float) -> str:
 
 
 def ratio(value: float) -> str:
-    return f"{value:.3g}×"
+    """'1.5×', '1,120×', '0.004×': the number formatter's digits, never an exponent."""
+    text = f"{value:.3g}"
+    if "e" in text and math.isfinite(value):  # 1.12e+03 or 1.86e-05: write it out
+        text = f"{value:,.0f}" if abs(value) >= 1 else number(value)
+    return f"{text}×"
 
 
-# Metrics whose raw value is not what people read: MFU is stored as a fraction of peak.
+def points(difference: float) -> str:
+    """A difference of two fractions shown as percentages: '+2.1 pts'."""
+    return f"{difference * 100:+.1f} pts"
+
+
+# Metrics whose raw value is not what people read: MFU is stored as a fraction of peak, and
+# reads as a percentage wherever it is shown (`mfu`, `compiled_warm_mfu`, ...).
 METRIC_SHOW = {"mfu": percent}
 
 
 def metric(name: str) -> Callable[[float], str]:
     """How a metric's value reads (a plain number unless the metric says otherwise)."""
+    if name.endswith("_mfu"):
+        return percent
     return METRIC_SHOW.get(name, number)
 
 
@@ -86,6 +116,20 @@ def timestamp(epoch: float | None) -> str:
     if epoch is None:
         return "not recorded"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+
+
+# Keys under which a record keeps a moment as seconds since the epoch ("measured_at", "at").
+_MOMENT_KEYS = ("_at", ".at", "timestamp")
+_EPOCH_RANGE = (1e9, 1e10)  # 2001 .. 2286: a number there under such a key is a date
+
+
+def keyed(key: str, value: Any) -> Any:
+    """A record's value as it should read under its key: a Unix time as a date, else as is."""
+    is_moment = key.endswith(_MOMENT_KEYS) or key == "at"
+    plausible = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_moment and plausible and _EPOCH_RANGE[0] <= value < _EPOCH_RANGE[1]:
+        return timestamp(value)
+    return value
 
 
 def local_time(epoch: float | None) -> str:

@@ -10,10 +10,21 @@ import math
 from html import escape
 
 from trainready.report import document, fmt
-from trainready.report.blocks import Block, Chart, Section, Stats, Table, Text
+from trainready.report.blocks import Block, Chart, Section, Stat, Stats, Table, Text
 from trainready.report.model import Report
 
 _STATUS_CSS = "\n".join(f".st-{s}{{background:{c}}}" for s, c in fmt.STATUS_COLORS.items())
+
+
+def _level_class(level: str) -> str:
+    return "vd-" + level.replace(" ", "-")
+
+
+_VERDICT_CSS = "\n".join(
+    f".{_level_class(v)}{{background:{c}}}\n.stat.{_level_class(v)} .v{{color:{c}}}"
+    f"\n.stat.{_level_class(v)}{{border-left:6px solid {c}}}"
+    for v, c in fmt.VERDICT_COLORS.items()
+)
 
 CSS = """
 :root{--fg:#24292f;--muted:#57606a;--line:#d0d7de;--bg:#fff;--soft:#f6f8fa}
@@ -30,7 +41,9 @@ main{padding:0 32px 48px;max-width:1400px}
 .stat .v{font-size:22px;font-weight:600}
 .stat .l{font-weight:600}
 .stat .n{color:var(--muted);font-size:12px}
-.tablebox{margin:12px 0;overflow:auto}
+.stat .d{font-size:12px;margin-top:2px}
+.stat.vd-ready,.stat.vd-partial,.stat.vd-not-ready,.stat.vd-not-tested{background:var(--bg)}
+.tablebox{margin:12px 0;overflow:auto;max-width:100%}
 .drill .tablebox{max-height:560px}
 table{border-collapse:collapse;font-size:13px}
 caption{text-align:left;color:var(--muted);padding:4px 0;caption-side:top}
@@ -39,13 +52,18 @@ th{background:var(--soft);cursor:pointer;position:sticky;top:0;user-select:none;
 th[data-dir=asc]::after{content:" \\25B2"}
 th[data-dir=desc]::after{content:" \\25BC"}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.st{color:#fff;background:#57606a;border-radius:10px;padding:0 8px;font-size:12px;white-space:nowrap}
-.filters{display:flex;gap:8px;align-items:center;margin-top:12px}
-.filters input{padding:4px 8px;min-width:260px}
+.st,.vd{color:#fff;background:#57606a;border-radius:10px;padding:0 8px;font-size:12px;white-space:nowrap}
+.vd{font-weight:600}
+p.empty{color:var(--muted)}
+td a{white-space:nowrap}
+figure{overflow-x:auto}
+.filters{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin-top:12px}
+.filters input{padding:4px 8px;width:260px;max-width:100%}
 .count{color:var(--muted)}
 figure{margin:16px 0}
 figcaption{color:var(--muted)}
 p.text{margin:4px 0}
+@media (max-width:640px){header{padding:12px 12px 6px}main{padding:0 12px 32px}.stat{min-width:0}}
 """
 
 # Sort any table by clicking a header; filter drill-down tables by text and by status.
@@ -81,7 +99,7 @@ for (const box of document.querySelectorAll(".drill")) {
       tr.hidden = !ok;
       shown += ok;
     }
-    count.textContent = `${shown} of ${rows.length} rows`;
+    count.textContent = `${shown} of ${rows.length} ${rows.length === 1 ? "row" : "rows"}`;
   };
   text.addEventListener("input", apply);
   if (status) status.addEventListener("change", apply);
@@ -109,7 +127,8 @@ def page(title_text: str, subtitle: str, sections: list[Section]) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
-<style>{CSS}{_STATUS_CSS}</style>
+<style>{CSS}{_STATUS_CSS}
+{_VERDICT_CSS}</style>
 </head>
 <body>
 <header>
@@ -135,16 +154,20 @@ def _block(block: Block) -> str:
     if isinstance(block, Table):
         return _table(block)
     if isinstance(block, Stats):
-        cards = "".join(
-            f'<div class="stat"><div class="l">{escape(s.label)}</div>'
-            f'<div class="v">{escape(s.text)}</div><div class="n">{escape(s.note)}</div></div>'
-            for s in block.items
-        )
-        return f'<div class="stats">{cards}</div>'
+        return f'<div class="stats">{"".join(_stat(s) for s in block.items)}</div>'
     if isinstance(block, Chart):
         return f"<figure>{block.svg}<figcaption>{escape(block.caption)}</figcaption></figure>"
     assert isinstance(block, Text)
     return "\n".join(f'<p class="text">{escape(line)}</p>' for line in block.text.splitlines())
+
+
+def _stat(s: Stat) -> str:
+    level = f" {_level_class(s.level)}" if s.level else ""
+    delta = f'<div class="d">{escape(s.delta)}</div>' if s.delta else ""
+    return (
+        f'<div class="stat{level}"><div class="l">{escape(s.label)}</div>'
+        f'<div class="v">{escape(s.text)}</div><div class="n">{escape(s.note)}</div>{delta}</div>'
+    )
 
 
 def _statuses(t: Table, row: list) -> list[str]:
@@ -162,6 +185,8 @@ def _sort_value(v: object) -> str:
 
 
 def _table(t: Table) -> str:
+    if not t.rows:
+        return f'<p class="text empty">{escape(t.empty_text)}</p>'
     status_at = t.status_index()
     head = "".join(
         f'<th class="num">{escape(c.name)}</th>'
@@ -178,6 +203,10 @@ def _table(t: Table) -> str:
                 cells.append(f'<td class="num" data-v="{_sort_value(v)}">{text}</td>')
             elif c.kind == "status" and v is not None:
                 cells.append(f'<td><span class="st st-{escape(str(v))}">{text}</span></td>')
+            elif c.kind == "verdict" and v is not None:
+                cells.append(f'<td><span class="vd {_level_class(str(v))}">{text}</span></td>')
+            elif c.kind == "link" and v is not None:
+                cells.append(f'<td><a href="#{escape(str(v))}">{text}</a></td>')
             else:
                 cells.append(f"<td>{text}</td>")
         status = (

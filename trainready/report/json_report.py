@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from trainready.core.case import Result
-from trainready.report import fmt
+from trainready.report import fmt, verdict
 from trainready.report.model import Comparison, Report, RunView, SuiteSummary
 from trainready.report.sections import headlines
 
@@ -26,7 +26,7 @@ def to_dict(report: Report) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "primary": report.primary.run_id,
-        "runs": [_run(run) for run in report.runs],
+        "runs": [_run(run, report) for run in report.runs],
         "comparisons": [_comparison(c) for c in report.comparisons],
     }
 
@@ -56,11 +56,13 @@ def _result(r: Result) -> dict[str, Any]:
     }
 
 
-def _run(run: RunView) -> dict[str, Any]:
+def _run(run: RunView, report: Report) -> dict[str, Any]:
     return {
         "run": run.record.to_json(),
         "label": run.label,
         "state": {**asdict(run.state), "text": fmt.run_state(run.state)},
+        # For CI: verdict.overall.status, and each dimension's status and reason.
+        "verdict": verdict.judge(run, report.rules).to_json(),
         "summary": {
             "all": _summary(run.total),
             "suites": {name: _summary(s) for name, s in run.suites.items()},
@@ -78,6 +80,8 @@ def _comparison(c: Comparison) -> dict[str, Any]:
     return {
         "primary": c.primary.run_id,
         "reference": c.reference.run_id,
+        "compared": c.compared,
+        "left_out": {"only_primary": c.only_primary, "only_reference": c.only_reference},
         "newly_failing": [ch.case_id for ch in c.newly_failing],
         "newly_passing": [ch.case_id for ch in c.newly_passing],
         "changes": [asdict(ch) for ch in c.changes],

@@ -11,11 +11,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainready.config import ConfigError
 from trainready.core.case import FAILING, STATUSES, Case, Result
 from trainready.core.store import RunRecord, Store
+
+if TYPE_CHECKING:
+    from trainready.report.verdict import Rules
 
 # Pseudo-status for cases a run planned but never finished: counted and shown, never hidden.
 NOT_RUN = "not_run"
@@ -201,12 +205,17 @@ class RatioSummary:
 
 @dataclass
 class Comparison:
-    """The primary run against one reference run, case by case (ratios are primary/reference)."""
+    """The primary run against one reference run, case by case (ratios are primary/reference),
+    over the cases both runs planned: a case only one of them set out to run (another suite,
+    another preset) is left out, and counted per suite in `only_primary` / `only_reference`."""
 
     primary: RunView
     reference: RunView
     changes: list[StatusChange]
     deltas: list[MetricDelta]
+    compared: int = 0  # cases both runs planned
+    only_primary: dict[str, int] = field(default_factory=dict)  # suite -> cases left out
+    only_reference: dict[str, int] = field(default_factory=dict)
 
     @property
     def newly_failing(self) -> list[StatusChange]:
@@ -239,6 +248,7 @@ class Comparison:
 class Report:
     runs: list[RunView]  # the first is the primary; the others are references
     comparisons: list[Comparison] = field(default_factory=list)
+    rules: Rules | None = None  # the readiness verdict's thresholds (None: the built-in ones)
 
     @property
     def primary(self) -> RunView:
@@ -323,13 +333,22 @@ def _labels(records: list[RunRecord]) -> list[str]:
     ]
 
 
+def _planned_ids(run: RunView) -> dict[str, str]:
+    """Case id -> suite of every case the run set out to do (with a result or not)."""
+    return {r.case_id: r.case.suite for r in run.results} | {c.id: c.suite for c in run.not_run}
+
+
 def compare(primary: RunView, reference: RunView) -> Comparison:
     metrics = {
         s: key_metrics(s, primary.in_suite(s) + reference.in_suite(s))
         for s in {**primary.suites, **reference.suites}
     }
+    mine_ids, ref_ids = _planned_ids(primary), _planned_ids(reference)
+    shared = mine_ids.keys() & ref_ids.keys()
+    only_primary = Counter(mine_ids[c] for c in mine_ids.keys() - shared)
+    only_reference = Counter(ref_ids[c] for c in ref_ids.keys() - shared)
     changes, deltas = [], []
-    for cid in sorted(primary.by_id.keys() | reference.by_id.keys()):
+    for cid in sorted(shared):
         mine, ref = primary.by_id.get(cid), reference.by_id.get(cid)
         status = mine.status if mine else NOT_RUN
         ref_status = ref.status if ref else NOT_RUN
@@ -344,17 +363,25 @@ def compare(primary: RunView, reference: RunView) -> Comparison:
                 a, b = mine.metrics.get(m), ref.metrics.get(m)
                 if finite(a) and finite(b):
                     deltas.append(MetricDelta(cid, suite, m, float(b), float(a)))
-    return Comparison(primary, reference, changes, deltas)
+    return Comparison(
+        primary, reference, changes, deltas, len(shared), dict(only_primary), dict(only_reference)
+    )
 
 
-def build_report(store: Store, run_ids: list[str]) -> Report:
-    """The primary run first, then the runs it is compared against."""
+def build_report(
+    store: Store, run_ids: list[str], verdict_config: str | Path | None = None
+) -> Report:
+    """The primary run first, then the runs it is compared against; `verdict_config`: a TOML file
+    of readiness thresholds in place of the built-in ones (trainready/report/verdict.toml)."""
+    from trainready.report.verdict import load_rules  # verdict reads this module's views
+
     if not run_ids:
         raise ConfigError("no run to report on; give at least one run id")
+    rules = load_rules(verdict_config)
     records = [store.get_run(rid) for rid in run_ids]
     records = [replace(r, env=redacted(r.env), config=redacted(r.config)) for r in records]
     runs = [
         build_run(rec, store.results(rec.run_id), label, store.planned(rec.run_id))
         for rec, label in zip(records, _labels(records), strict=True)
     ]
-    return Report(runs, [compare(runs[0], ref) for ref in runs[1:]])
+    return Report(runs, [compare(runs[0], ref) for ref in runs[1:]], rules)

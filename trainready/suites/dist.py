@@ -54,6 +54,8 @@ DEFAULT_DTYPE = None  # each case names its tensor dtypes; none needs a peak FLO
 DEFAULT_BUDGET_S = 180.0  # start-up of the ranks and a compile included
 DEFAULT_NPROC = 2
 USES_PEAK = False  # bandwidth and correctness, no MFU
+# The --set options this suite reads, checked before a run starts (see core/options.py).
+OPTIONS = {"nproc": range(1, 1025), "pg_backend": str, "compile_backend": str}
 RANK_TARGET = "trainready.suites.dist_cases:run_case"
 
 KiB, MiB = 1 << 10, 1 << 20

@@ -87,6 +87,8 @@ NAME = "flex"
 DEFAULT_DTYPE = "bf16"  # on accelerators; cases() picks fp32 on the CPU
 DEFAULT_BUDGET_S = 300.0
 USES_PEAK = False  # reports TFLOP/s, not MFU: no peak to resolve
+# The --set options this suite reads, checked before a run starts (see core/options.py).
+OPTIONS = {"variants": str}  # a Python file: imported and executed
 PASSES = ("fwd", "fwd_bwd")
 STANDARD_VARIANTS = ("noop", "causal", "alibi", "sliding_window")
 

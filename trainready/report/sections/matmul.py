@@ -14,11 +14,13 @@ from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, 
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 from trainready.report.sections import host
+from trainready.stats import spread_why
 
 SUITE = "matmul"
 KEY_METRICS = ("tflops", "mfu", "time_ms")
 METRIC_GOALS = {"tflops": "higher", "mfu": "higher", "time_ms": "lower"}
 PASS_ORDER = {"fwd": 0, "dX": 1, "dW": 2}
+INCONCLUSIVE = "inconclusive"
 
 
 def _gflop(r: Result) -> float | None:
@@ -54,16 +56,67 @@ def peak_label(results: list[Result]) -> str:
     return "; ".join(sorted(str(label) for label in labels if label))
 
 
-def _median_mfu(label: str, results: list[Result]) -> Stat:
-    n = len(results)
-    note = f"{n} passing {'case' if n == 1 else 'cases'}"
-    note = f"{peak_label(results)}, {note}" if peak_label(results) else note
-    return Stat(label, statistics.median(r.metrics["mfu"] for r in results), fmt.percent, note)
+def mfu_at_m(results: list[Result]) -> dict:
+    """The MFU of the passing cases at one M as a headline reads it: their median, the cases'
+    range, and how far timing noise moves the median (`interval`: the median of each case's MFU
+    at the two ends of its repeats' interquartile range, taken symmetric about its median);
+    `why` says why it is inconclusive: a case above 100% MFU (the measured peak is too low, so
+    no MFU against it means much), or the cases' median timing spread over stats.MAX_SPREAD.
+
+    Per M, because M=1 (matrix-vector, memory-bound) and M >= 128 (compute-bound) form separate
+    clusters: one median over both is the midpoint between them, and moves with the mix."""
+    mfus = [r.metrics["mfu"] for r in results]
+    spreads = [r.metrics["spread"] for r in results if finite(r.metrics.get("spread"))]
+    spread = statistics.median(spreads) if spreads else 0.0
+    half = [min(r.metrics.get("spread") or 0.0, 1.9) / 2 for r in results]  # < 1: times stay > 0
+    above = sum(m > 1 for m in mfus)
+    why = (
+        f"{fmt.plural(above, 'case')} above 100% MFU: the measured peak is too low "
+        "(trainready devices --recalibrate)"
+        if above
+        else spread_why("timed repeats (median over the cases)", spread)
+    )
+    return {
+        "value": statistics.median(mfus),
+        "interval": [
+            statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
+            statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
+        ],
+        "range": [min(mfus), max(mfus)],
+        "cases": len(mfus),
+        "spread": spread,
+        "why": why or "",
+    }
+
+
+def _mfu_stat(label: str, results: list[Result]) -> Stat:
+    e = mfu_at_m(results)
+    cases = fmt.plural(e["cases"], "passing case")
+    peak = f"; {peak_label(results)}" if peak_label(results) else ""
+    if e["why"]:
+        measured = f"measured {fmt.percent(e['value'])}, median of {cases}"
+        return Stat(label, INCONCLUSIVE, fmt.text, f"{e['why']}; {measured}{peak}")
+    note = (
+        f"median of {cases} ({fmt.percent(e['range'][0])}–{fmt.percent(e['range'][1])}); "
+        f"timing noise {fmt.percent(e['interval'][0])}–{fmt.percent(e['interval'][1])} "
+        f"(repeats' spread {fmt.percent(e['spread'])}){peak}"
+    )
+    return Stat(label, e["value"], fmt.percent, note)
+
+
+def mfu_stats(run: RunView, prefix: str = "") -> list[Stat]:
+    """One MFU per M (never one median over all M), each with its sample and spread."""
+    measured = _measured(run, "mfu")
+    return [
+        _mfu_stat(
+            f"{prefix}matmul MFU at M={m}", [r for r in measured if r.case.params.get("M") == m]
+        )
+        for m in _ms(measured)
+    ]
 
 
 def headlines(run: RunView) -> list[Stat]:
-    measured = _measured(run, "mfu")
-    stats = [_median_mfu("median matmul MFU", measured)] if measured else []
+    stats = mfu_stats(run)
     fallbacks = host.collect(run.in_suite(SUITE), _case_id)
     if not fallbacks.on_cpu:
         stats.append(fallbacks.stat("matmul host-fallback ops"))
@@ -78,11 +131,7 @@ def section(report: Report, suite: str) -> list[Block]:
     blocks: list[Block] = []
     stats = []
     for run in report.runs:
-        measured = _measured(run, "mfu")
-        prefix = f"{run.label}: " if report.multi else ""
-        for m in _ms(measured):
-            at_m = [r for r in measured if r.case.params.get("M") == m]
-            stats.append(_median_mfu(f"{prefix}median MFU at M={m}", at_m))
+        stats += mfu_stats(run, f"{run.label}: " if report.multi else "")
     if stats:
         blocks.append(Stats(stats))
     blocks.extend(_peak_warnings(report))

@@ -1,7 +1,8 @@
 """The parity scorecard: pass rates by mode, dtype and architecture trait, why cases fail, the
 graph-break reasons, the ops that went to the host and who hit them, the slowest compiles, every
 case with its worst tensor, and the loss curves of the failing cases against the float64
-reference. Nothing is left out: a case without traits (it did not build) counts under "?"."""
+reference. Nothing is hidden: a case without traits (its model was not built) is counted beside
+the trait table instead of under a value."""
 
 from __future__ import annotations
 
@@ -113,18 +114,31 @@ def _rates(results: list[Result], prefix: str) -> Stats:
 
 
 def _by_trait(results: list[Result], prefix: str) -> Table:
+    """Pass rates per trait value. A case that recorded no traits (its model was never built:
+    unsupported, or failed before) says nothing about any trait: it is left out, and counted in
+    the caption, rather than shown as a row of failures under an unnamed value."""
     combos = sorted({_combo(r) for r in results})
     groups: dict[tuple[str, str], dict[str, list[Result]]] = defaultdict(lambda: defaultdict(list))
+    without = 0
     for r in results:
         traits = r.diagnostics.get("traits") or {}
+        without += not any(t in traits for t in TRAITS)
         for t in TRAITS:
-            groups[(t, str(traits.get(t, "?")))][_combo(r)].append(r)
+            if t in traits:
+                groups[(t, str(traits[t]))][_combo(r)].append(r)
     rows = [
         [trait, value, *(_rate(per[c]) if per.get(c) else None for c in combos)]
         for (trait, value), per in sorted(groups.items())
     ]
     columns = [Column("trait"), Column("value"), *(Column(c) for c in combos)]
-    return Table(columns, rows, f"{prefix}Parity pass rate by architecture trait (passed/cases)")
+    caption = f"{prefix}Parity pass rate by architecture trait (passed/cases)"
+    if without:
+        caption += (
+            f"; {fmt.plural(without, 'case')} left out: no traits recorded (the model was not"
+            " built: unsupported, or failed first)"
+        )
+    empty = f"{prefix}No parity case recorded its architecture traits."
+    return Table(columns, rows, caption, empty=empty)
 
 
 def _failures(results: list[Result], prefix: str) -> Table:
@@ -137,7 +151,8 @@ def _failures(results: list[Result], prefix: str) -> Table:
         for (status, phase), rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
     ]
     columns = [STATUS, Column("phase"), num("cases"), Column("models"), Column("e.g.")]
-    return Table(columns, rows, f"{prefix}Parity failure categories")
+    empty = f"{prefix}Every parity case passed."
+    return Table(columns, rows, f"{prefix}Parity failure categories", empty=empty)
 
 
 def _graph_breaks(results: list[Result], prefix: str) -> Table:
@@ -151,7 +166,8 @@ def _graph_breaks(results: list[Result], prefix: str) -> Table:
     columns = [Column("reason"), num("breaks"), num("models"), Column("e.g.")]
     over = graph_breaks_stat(results)
     scope = over.note or over.text  # "over N compiled cases", or "no compiled case ran"
-    return Table(columns, rows, f"{prefix}Most common graph-break reasons ({scope})")
+    caption = f"{prefix}Most common graph-break reasons ({scope})"
+    return Table(columns, rows, caption, empty=f"{prefix}No graph breaks ({scope}).")
 
 
 def _host(results: list[Result], prefix: str) -> Table:
@@ -403,7 +419,7 @@ def _loss_points(c: _Curve) -> list[Point]:
             v,
             f"{c.label}, step {i}: loss {v:.6g}"
             + (
-                f", reference {c.reference[i]:.6g}, rel dev {devs[i]:.3g}"
+                f", reference {c.reference[i]:.6g}, rel dev {fmt.number(devs[i])}"
                 if i < len(c.reference)
                 else ""
             ),
@@ -424,7 +440,7 @@ def _deviation_panel(curves: list[_Curve], multi: bool) -> Panel:
     series = []
     for c in curves:
         tol = f" (tolerance {c.rel_tol:g})" if c.rel_tol is not None else ""
-        tips = [f"{c.label}, step {i}: rel dev {d:.3g}{tol}" for i, d in enumerate(c.devs)]
+        tips = [f"{c.label}, step {i}: rel dev {fmt.number(d)}{tol}" for i, d in enumerate(c.devs)]
         points = [
             Point(i, d, tips[i])
             if d > 0
@@ -446,7 +462,7 @@ def _deviation_panel(curves: list[_Curve], multi: bool) -> Panel:
         series.append(Series("tolerance", points, TOLERANCE_COLOR, "none", line=True, dash=True))
     worst = max(curves, key=lambda c: c.worst[0])
     dev, step = worst.worst
-    title = f"max {dev:.2g} at step {step}" + (f" ({worst.label})" if multi else "")
+    title = f"max {fmt.number(dev)} at step {step}" + (f" ({worst.label})" if multi else "")
     return Panel(series, Axis("step"), Axis("relative deviation", log=True), title)
 
 
@@ -477,4 +493,4 @@ def _loss(v: float) -> str:
 
 
 def _dev(v: float) -> str:
-    return f"{v:.2e}"
+    return fmt.number(v)
