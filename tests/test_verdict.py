@@ -53,8 +53,8 @@ def _parity_run(eager: list[str], compiled: list[str], **extra) -> list[Result]:
     ]
 
 
-def _matmul(mfu: float, status: str = "pass", **diagnostics) -> Result:
-    case = Case("matmul", f"m/q/M{int(mfu * 1000)}/fwd", {"M": 128})
+def _matmul(mfu: float, status: str = "pass", m: int = 128, **diagnostics) -> Result:
+    case = Case("matmul", f"m/q/M{m}-{int(mfu * 1000)}/fwd", {"M": m})
     return Result(case, status, {"mfu": mfu, "tflops": 1.0}, diagnostics)
 
 
@@ -144,7 +144,7 @@ def test_numerics_counts_wrong_results_in_every_suite():
     line = _line(_run(one), "numerics")
     assert line.status == PARTIAL  # 1 of 22 = 4.5%, within 5%
     assert line.reason == (
-        "1 of 22 cases checked against float64 wrong (4.5%); e.g. matmul/m/q/M400/fwd: "
+        "1 of 22 cases checked against float64 wrong (4.5%); e.g. matmul/m/q/M128-400/fwd: "
         "max rel err 0.3"
     )
     assert line.section == "causes" and line.section_title == "Failures by cause"
@@ -254,8 +254,8 @@ def test_throughput_takes_the_worse_of_train_and_matmul():
     line = _line(_run(results), "throughput")
     assert line.status == READY
     assert line.reason == (
-        "train MFU 45.0% (compiled, warm scenario, qwen3-8b/T4096); median matmul MFU 65.0% over "
-        "2 passing cases"
+        "train MFU 45.0% (compiled, warm scenario, qwen3-8b/T4096); median matmul MFU 65.0% at "
+        "M=128, the largest M measured, over 2 passing cases"
     )
     slow = [_train(compiled_warm_mfu=0.05, eager_warm_mfu=0.12), _matmul(0.6)]
     line = _line(_run(slow), "throughput")
@@ -263,6 +263,17 @@ def test_throughput_takes_the_worse_of_train_and_matmul():
     assert line.status == PARTIAL and line.reason.startswith("train MFU 12.0% (eager, warm")
     low = [_train(compiled_warm_mfu=0.45), _matmul(0.1)]
     assert _line(_run(low), "throughput").status == NOT_READY
+
+
+def test_matmul_mfu_is_judged_at_the_largest_m_not_across_clusters():
+    # M=1 (decode) clusters low, M=2048 high: a median over both would be their midpoint.
+    results = [_train(compiled_warm_mfu=0.45), _matmul(0.05, m=1), _matmul(0.06, m=1)]
+    results += [_matmul(0.62, m=2048), _matmul(0.66, m=2048), _matmul(0.7, m=2048)]
+    line = _line(_run(results), "throughput")
+    assert line.status == READY
+    assert (
+        "median matmul MFU 66.0% at M=2048, the largest M measured, over 3 passing" in line.reason
+    )
 
 
 def test_an_mfu_that_is_the_hosts_is_not_ready():
