@@ -69,3 +69,20 @@ def test_with_no_memory_api_at_all_every_reason_is_kept(accelerator):
     assert stats["source"] == "allocator"
     assert set(stats["unavailable"]) == {"allocated", "reserved", "peak_allocated", "total"}
     assert all("has no torch.accelerator." in why for why in stats["unavailable"].values())
+
+
+def test_the_train_report_says_which_memory_metric_was_unavailable_and_why():
+    from trainready.core.case import Case, Result
+    from trainready.report.sections.train import clocks_table
+
+    why = "torch 2.13.0 has no torch.accelerator.max_memory_allocated"
+    scenario = {
+        "first_step_s": 1.0,
+        "step_s": 0.1,
+        "peak_memory_bytes": None,
+        "memory_source": "torch.accelerator",
+        "memory_unavailable": {"peak_allocated": why},
+    }
+    diagnostics = {"scenarios": {"eager": {"cold": scenario}}}
+    table = clocks_table(Result(Case("train", "t", {}), "pass", {}, diagnostics), "t")
+    assert f"unavailable: peak_allocated: {why}" in table.caption

@@ -400,6 +400,8 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         ),
         "peak_memory_bytes": memory.get("peak_allocated"),
         "memory_source": memory.get("source"),
+        # metrics this torch or backend cannot give, with the reason (never dropped silently)
+        "memory_unavailable": memory.get("unavailable"),
         "finite": all(math.isfinite(x) for x in losses),
         "compile": {**probe.report.to_json(), "phases": compile_phases()},
     }

@@ -564,6 +564,7 @@ def scenario_summary(s: Scenario, warmup: int) -> dict[str, Any] | None:
         "world_size": r["world_size"],
         "peak_memory_bytes": r.get("peak_memory_bytes"),
         "memory_source": r.get("memory_source"),
+        "memory_unavailable": r.get("memory_unavailable"),
         "process_s": s.process_s,
         "compile": _compile_summary(r.get("compile") or {}),
     }

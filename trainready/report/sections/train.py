@@ -286,6 +286,15 @@ def clocks_table(r: Result, label: str) -> Table:
         if s and s.get("memory_source")
     }
     memory = f"peak mem: {', '.join(sorted(sources))}; " if sources else ""
+    missing = {
+        f"{metric}: {why}"
+        for by in scenarios.values()
+        for s in by.values()
+        if s
+        for metric, why in (s.get("memory_unavailable") or {}).items()
+    }
+    if missing:
+        memory += f"unavailable: {'; '.join(sorted(missing))}; "
     caption = (
         f"{label} — first step (model on device to the first step's loss after its update), in "
         "seconds and in steady steps of its mode's pooled rate; each scenario's own steady steps "
