@@ -26,3 +26,22 @@ def scorecard_html(tmp_path_factory) -> Path:
     summary = api.run(["matmul"], device="cpu", out=out, filter="matmul/Qwen3-8B/*")
     with Store(out) as store:
         return write_reports(store, [summary.run_id], out / "report", ["html"])["html"]
+
+
+@pytest.fixture
+def serve():
+    """`serve(library, **options)` starts an explorer server on a free port; every one started
+    is stopped after the test."""
+    from trainready.profile.server import ExplorerServer
+
+    started: list[ExplorerServer] = []
+
+    def start(library, **options) -> ExplorerServer:
+        server = ExplorerServer(library, **options)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()

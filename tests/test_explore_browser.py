@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS, write_trace
-from trainready.profile.server import ExplorerServer, Library
+from trainready.profile.server import Library
 from trainready.profile.trace import KIND_KERNEL
 
 sync_api = pytest.importorskip(
@@ -26,22 +26,6 @@ pytestmark = [
         reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)",
     ),
 ]
-
-
-@pytest.fixture
-def serve():
-    """Start explorer servers; every one is stopped after the test."""
-    started: list[ExplorerServer] = []
-
-    def start(library: Library) -> ExplorerServer:
-        srv = ExplorerServer(library)
-        srv.start()
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        srv.close()
 
 
 @pytest.fixture

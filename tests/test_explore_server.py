@@ -14,28 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainready.profile.server import ExplorerServer, Library
+from trainready.profile.server import Library
 from trainready.profile.trace import MiB, load_trace
 
 TRACES = Path(__file__).parent / "data" / "traces"  # real Kineto traces (see its README)
 ALEXNET = "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
 SMALL = "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-
-
-@pytest.fixture
-def serve():
-    """Start explorer servers on free ports; every one is stopped after the test."""
-    started: list[ExplorerServer] = []
-
-    def start(library: Library) -> ExplorerServer:
-        server = ExplorerServer(library, port=0)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.close()
 
 
 def request(server, method, path, body=None, headers=None):

@@ -41,7 +41,7 @@ from trainready.core.lock import RunInUse, RunLock
 from trainready.core.store import SCHEMA_VERSION, Store, StoreError
 from trainready.profile import analysis
 from trainready.profile import server as server_module
-from trainready.profile.server import ExplorerServer, Library
+from trainready.profile.server import Library
 from trainready.profile.trace import MiB, TraceError, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,21 +152,6 @@ def request(address, method, path, body=None, headers=None, timeout=60):
 def upload(address, name, body, timeout=60, **headers):
     status, data, _ = request(address, "POST", f"/api/traces?name={name}", body, headers, timeout)
     return status, data
-
-
-@pytest.fixture
-def serve():
-    started: list[ExplorerServer] = []
-
-    def start(library: Library, **kwargs) -> ExplorerServer:
-        server = ExplorerServer(library, **kwargs)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.close()
 
 
 @pytest.fixture
