@@ -5,6 +5,11 @@ sample (a first step is one process start).
 Agreement is overlap: two runs' intervals that share a value could be measuring the same thing.
 Headlines that moved past their intervals with no warning (a speedup of 40.4x, then 1.13x; one
 median over two clusters of MFU) are what this guards against.
+
+A benchmark, not a CI test: `python -m pytest benchmarks/headline_stability.py`. A headline's
+interval is measured within one run; on a shared machine the speed itself can drift between two
+runs by more than that (matmul MFU at M=128 read 92-97% and then 72-78% in CI), which no single run
+can see. Run it on a quiet machine; a failure there is a headline that claims too much.
 """
 
 from __future__ import annotations
