@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
+from trainready.core.concurrency import default_jobs
 from trainready.core.context import ARTIFACTS
 from trainready.core.lock import RunLock
 from trainready.core.plan import PlannedSuite, plan
@@ -27,7 +28,7 @@ from trainready.core.runner import Job, Runner
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import DB_NAME, RunRecord, Store, StoreError, new_run_id
 from trainready.mfu import calculate as calculate_mfu
-from trainready.suites import expand
+from trainready.suites import expand, runs_alone
 
 if TYPE_CHECKING:
     from trainready.device import PeakCache
@@ -116,7 +117,7 @@ def run(
     preset: str = "quick",
     out: str | Path = DEFAULT_OUT,
     *,
-    jobs: int = 1,
+    jobs: int | None = None,
     budget_s: float | None = None,
     shard: str | None = None,
     resume: bool = False,
@@ -131,8 +132,11 @@ def run(
 ) -> RunSummary:
     """Run suites on a device; results land in `out`/trainready.db as they arrive.
 
-    executor: "local" (worker processes on this machine) or "ray" (Ray tasks on a Ray cluster at
+    executor: "local" (worker processes on this machine) or "ray" (Ray actors, one per slot, each
+    holding one Runner whose worker is reused across cases, on a Ray cluster at
     `ray_address`, or a local Ray instance when None).
+    jobs: worker processes (ray: actors); None: what the device allows
+    (`core.concurrency.default_jobs`). Correctness cases share them; a timing case runs alone.
     imports: modules to import first, here and in every worker and rank, after those
     TRAINREADY_IMPORT names (`--import`); one that fails to import is an ImportFailed.
     """
@@ -144,15 +148,16 @@ def run(
     if not suites:
         raise ConfigError("no suite given")
     modules = _import_requested(imports)
+    resolved = resolve(device)
     cfg = RunConfig(
         suites=expand(suites),
-        device=resolve(device),
+        device=resolved,
         preset=preset,
         dtype=dtype,
         budget_s=budget_s,
         filter=filter,
         shard=parse_shard(shard),
-        jobs=jobs,
+        jobs=default_jobs(resolved) if jobs is None else jobs,
         mem_limit_mb=mem_limit_mb,
         options=dict(options or {}),
         imports=modules,
@@ -207,7 +212,12 @@ def run(
             from trainready.core.ray_executor import RayExecutor
 
             runner = RayExecutor(
-                ray_address, on_start=obs.on_start, on_result=on_result, imports=cfg.imports
+                ray_address,
+                on_start=obs.on_start,
+                on_result=on_result,
+                imports=cfg.imports,
+                jobs=cfg.jobs,
+                mem_limit_mb=cfg.mem_limit_mb,
             )
         else:
             runner = Runner(
@@ -251,7 +261,7 @@ def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str], run_dir: 
                 "peaks": cfg.peaks,
                 "run_dir": str(run_dir.resolve()),  # where the case's files go (artifacts)
             }
-            jobs.append(Job(case, s.module_path, ctx["budget_s"], ctx))
+            jobs.append(Job(case, s.module_path, ctx["budget_s"], ctx, alone=runs_alone(s.module)))
     return jobs
 
 

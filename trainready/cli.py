@@ -12,10 +12,9 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.table import Table
 
 from trainready import api
 from trainready.clikit import (
@@ -29,10 +28,14 @@ from trainready.clikit import (
     usage_message,
 )
 from trainready.commands import register_all
+from trainready.commands.profile import quick_analyze
 from trainready.config import DTYPES, PRESETS, ConfigError, check_choice
 from trainready.models.specs import list_specs
 from trainready.peaks import KINDS
 from trainready.suites import FLAG_USERS, SUITES, expand, ignored_flags
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 app = typer.Typer(
     name="trainready",
@@ -69,6 +72,8 @@ def devices(
 
 
 def _devices_table(rows: list[dict[str, Any]], dtype: str) -> Table:
+    from rich.table import Table
+
     table = Table(title="Devices")
     for col in ("device", "name", "memory", f"peak {dtype}", "peak source"):
         table.add_column(col)
@@ -120,7 +125,15 @@ def run(
     out: Annotated[Path, typer.Option(help="Output directory (holds trainready.db).")] = Path(
         api.DEFAULT_OUT
     ),
-    jobs: Annotated[int, typer.Option(help="Worker processes running cases in parallel.")] = 1,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes. Correctness cases (parity) run side by side on them; timing "
+            "cases (matmul, train, flex, dist) always run alone. Default: what the device "
+            "allows (cpu: one per core; cuda/xpu/mps: up to 4; other backends: 1).",
+            show_default=False,
+        ),
+    ] = None,
     budget_s: Annotated[
         float | None, typer.Option(help="Wall-clock budget per case, seconds (default: per suite).")
     ] = None,
@@ -145,7 +158,11 @@ def run(
     ] = True,
     verdict_config: Annotated[Path | None, VERDICT_CONFIG_OPTION] = None,
     executor: Annotated[
-        str, typer.Option(help="local (worker processes here) or ray (tasks on a Ray cluster).")
+        str,
+        typer.Option(
+            help="local (worker processes here) or ray (one actor per slot on a Ray cluster, each "
+            "reusing its worker across cases)."
+        ),
     ] = "local",
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: start a local Ray instance).")
@@ -428,6 +445,9 @@ def main() -> None:
     """The console entry point: the Typer app, except that a usage error (a missing option, a
     value of the wrong type, no such command) is one line and exit code 2, as all bad input is,
     where Typer would draw a box of several."""
+    quick = quick_analyze(sys.argv[1:])  # `analyze TRACE`, parsed without Typer's pydantic
+    if quick is not None:
+        sys.exit(quick)
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as e:  # the help is printed when the error is made

@@ -35,6 +35,9 @@ class CaseContext:
     # attempt by the worker: `prepare_artifacts`); None when the case runs outside a stored run.
     run_dir: str | None = None
     artifacts_dir: str | None = None
+    # CPU threads of a case that shares the machine with others (the runner's share of the
+    # cores); None: the case runs alone and keeps torch's default.
+    cpu_threads: int | None = None
 
     def set_phase(self, name: str) -> None:
         """Tell the runner which phase the case is in, so a timeout names it (e.g. 'compile')."""

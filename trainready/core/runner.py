@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainready.core.case import Case, Result
+from trainready.core.concurrency import threads_per_worker
 from trainready.core.worker import worker_main
 
 WORKER_START_TIMEOUT_S = 300.0  # importing torch and a vendor stack can be slow on a cold disk
@@ -39,6 +40,9 @@ class Job:
     suite_path: str
     budget_s: float
     context: dict[str, Any]  # CaseContext fields, JSON-able
+    # A case that times something (or starts processes on every core) runs with no other case
+    # beside it; a correctness case may share the machine (suites/__init__.py: KIND).
+    alone: bool = True
 
 
 @dataclass
@@ -96,6 +100,7 @@ class Runner:
         self.mem_limit_mb = mem_limit_mb
         self.on_start = on_start or (lambda _c: None)
         self.on_result = on_result or (lambda _r: None)
+        self._threads = threads_per_worker(self.jobs)
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._spawned = 0
@@ -159,7 +164,7 @@ class Runner:
         if not pending:
             return
         if not self._workers:
-            self._workers = [self._spawn(i) for i in range(min(self.jobs, len(pending)))]
+            self._workers = [self._spawn(0)]  # more join when side-by-side cases need them
         try:
             while pending or any(w.job for w in self._workers):
                 self._dispatch(pending)
@@ -171,14 +176,42 @@ class Runner:
             raise
 
     def _dispatch(self, pending: deque[Job]) -> None:
-        for w in self._workers:
-            if w.ready and w.job is None and pending:
-                job = pending.popleft()
-                w.job, w.phase = job, "setup"
-                w.started, w.t0 = time.time(), time.monotonic()
-                w.log_offset = w.log_path.stat().st_size if w.log_path.exists() else 0
-                self.on_start(job.case)
-                w.conn.send(("run", job.case.to_json(), job.context, job.suite_path))
+        """Start cases in order. A case that runs alone waits until every worker is idle, and
+        nothing starts beside it; correctness cases fill every idle worker, and another worker is
+        spawned for them (up to `jobs`) while all are busy. Order is kept: a case never overtakes
+        one before it, so a run's progress reads top to bottom."""
+        busy = [w for w in self._workers if w.job is not None]
+        if any(w.job.alone for w in busy):
+            return
+        while pending:
+            job = pending[0]
+            starting = any(not w.ready for w in self._workers)
+            if job.alone and (busy or starting):  # a worker importing torch would load the CPU
+                return
+            idle = next((w for w in self._workers if w.ready and w.job is None), None)
+            if idle is None:
+                self._grow(job)
+                return
+            pending.popleft()
+            self._start(idle, job)
+            busy.append(idle)
+            if job.alone:
+                return
+
+    def _grow(self, job: Job) -> None:
+        """One more worker for a correctness case when all are busy (none is still starting)."""
+        starting = any(not w.ready for w in self._workers)
+        if not job.alone and not starting and len(self._workers) < self.jobs:
+            self._workers.append(self._spawn(len(self._workers)))
+
+    def _start(self, w: _Worker, job: Job) -> None:
+        w.job, w.phase = job, "setup"
+        w.started, w.t0 = time.time(), time.monotonic()
+        w.log_offset = w.log_path.stat().st_size if w.log_path.exists() else 0
+        self.on_start(job.case)
+        # A case beside others gets its share of the cores; one alone keeps the default (all).
+        context = job.context if job.alone else {**job.context, "cpu_threads": self._threads}
+        w.conn.send(("run", job.case.to_json(), context, job.suite_path))
 
     def _deadline(self, w: _Worker) -> float:
         if w.job is not None:

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from trainready.core.case import Case, Outcome
+from trainready.core.concurrency import cpu_threads
 from trainready.core.context import CaseContext, Unsupported, prepare_artifacts
 from trainready.core.procs import guard_worker
 
@@ -185,7 +186,8 @@ def worker_main(
                 from trainready.suites import load_suite
 
                 suites[suite_path] = load_suite(suite_path)
-            outcome = execute_case(suites[suite_path], case, ctx)
+            with cpu_threads(ctx.cpu_threads):
+                outcome = execute_case(suites[suite_path], case, ctx)
         except Exception as e:  # noqa: BLE001 - a suite that fails to import fails its cases
             outcome = Outcome("fail_run", diagnostics={"error": _error_text(e)})
         duration = time.perf_counter() - t0

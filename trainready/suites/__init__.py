@@ -8,7 +8,11 @@
 
 and nothing else is required of it. Optional: USES_PEAK = False for a suite that reports no MFU
 (the run then skips resolving the device's peak FLOP/s for it, a calibration of seconds on devices
-outside the peak table). The runner imports a suite by name in each worker, before the worker
+outside the peak table). Optional: KIND = "correctness" for a suite whose cases judge behaviour
+and never time anything that needs the machine quiet: its cases may run side by side on parallel
+workers (`--jobs`), each on its share of the CPU cores. Every other suite (KIND "timing", the
+default, as for a suite that times kernels or starts processes on every core) runs each case with
+the machine to itself. The runner imports a suite by name in each worker, before the worker
 takes its first case. A built-in suite that reads a run-level flag (`--nproc`, `--variants`...)
 is listed for it in FLAG_USERS below.
 """
@@ -42,6 +46,18 @@ FLAG_USERS: dict[str, tuple[str, ...]] = {
     "baseline": ("parity",),
     "profile": ("train",),
 }
+
+
+KINDS = ("correctness", "timing")
+
+
+def runs_alone(module: ModuleType) -> bool:
+    """Whether the suite's cases need the machine to themselves (KIND above; "timing" unless the
+    suite says "correctness")."""
+    kind = getattr(module, "KIND", "timing")
+    if kind not in KINDS:
+        raise ConfigError(f"suite {module.__name__}: KIND {kind!r}; valid: {', '.join(KINDS)}")
+    return kind != "correctness"
 
 
 def ignored_flags(suites: list[str], flags: list[str]) -> list[str]:

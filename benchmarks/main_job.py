@@ -1,0 +1,120 @@
+"""The main job's wall time, cold and warm compile caches, per suite, measured in one run.
+
+    python -m benchmarks.main_job [--json FILE] [--note TEXT] [-- EXTRA RUN ARGS]
+
+Runs the README's main job, `trainready run all --device cpu --preset quick`, twice in fresh
+processes, each into an empty store:
+
+1. cold: inductor's on-disk caches pointed at a new empty directory (TORCHINDUCTOR_CACHE_DIR, and
+   TRITON_CACHE_DIR for completeness), so every compile starts from nothing;
+2. warm: the same command again with the caches the cold run filled.
+
+For each run it records the total wall time (process start to exit), the time to the first stored
+result (when the progress bar first moves), and per suite the wall span (first case start to last
+case end) with the cases' summed durations and status counts. The target (issue #15) is a cold run
+within 300 s on 2 cores with the first result within 15 s; the ratios are of one run against the
+other on the same machine, minutes apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+COMMAND = ["run", "all", "--device", "cpu", "--preset", "quick"]
+
+
+def _suite_times(db: Path) -> tuple[dict[str, dict], float]:
+    """Per suite: wall span, summed case time, counts; and the first result's end (epoch)."""
+    con = sqlite3.connect(db)
+    rows = list(con.execute("select suite, status, started_at, duration_s from results"))
+    con.close()
+    spans: dict[str, list[float]] = defaultdict(lambda: [float("inf"), 0.0, 0.0])
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for suite, status, start, dur in rows:
+        span = spans[suite]
+        span[0], span[1], span[2] = min(span[0], start), max(span[1], start + dur), span[2] + dur
+        counts[suite][status] += 1
+    first = min((start + dur for _, _, start, dur in rows), default=float("nan"))
+    out = {
+        s: {
+            "wall_s": round(end - start, 1),
+            "case_s_summed": round(summed, 1),
+            "cases": sum(counts[s].values()),
+            "statuses": dict(counts[s]),
+        }
+        for s, (start, end, summed) in spans.items()
+    }
+    return out, first
+
+
+def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
+    out = Path(tempfile.mkdtemp(prefix=f"mainjob-{label}-"))
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+    }
+    cmd = [sys.executable, "-m", "trainready", *COMMAND, "--out", str(out), *extra]
+    print(f"[{label}] {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    t0 = time.time()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.time() - t0
+    if proc.returncode not in (0, 1):  # 1: some case did not pass, still a measured run
+        sys.exit(f"[{label}] exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    suites, first_end = _suite_times(out / "trainready.db")
+    statuses = Counter()
+    for s in suites.values():
+        statuses.update(s["statuses"])
+    return {
+        "wall_s": round(wall, 1),
+        "first_result_s": round(first_end - t0, 1),
+        "cases": sum(statuses.values()),
+        "statuses": dict(statuses),
+        "suites": suites,
+        "exit_code": proc.returncode,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--note", default="")
+    ap.add_argument("extra", nargs="*", help="more `trainready run` arguments (after --)")
+    args = ap.parse_args()
+    cache = Path(tempfile.mkdtemp(prefix="mainjob-cache-"))
+    cold = run_once("cold", cache, args.extra)
+    warm = run_once("warm", cache, args.extra)
+    result = {
+        "command": "python -m benchmarks.main_job" + (f" --json {args.json}" if args.json else ""),
+        "measures": "trainready " + shlex.join(COMMAND + args.extra),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(),
+        },
+        "note": args.note,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cold": cold,
+        "warm": warm,
+        "warm_over_cold": round(warm["wall_s"] / cold["wall_s"], 3),
+        "target": {"cold_wall_s": 300, "first_result_s": 15},
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
