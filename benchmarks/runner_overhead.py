@@ -1,11 +1,15 @@
 """Runner overhead, measured in one run on this machine (not a test: machines are noisy).
 
-    python -m benchmarks.runner_overhead [--cases 200] [--json FILE --note TEXT]
+    python -m benchmarks.runner_overhead [--cases 200] [--ray-cases 20] [--json FILE --note TEXT]
 
 Reports:
 - per-case cost of a trivial case through the runner on a warm worker (target: < 50 ms), alone and
   through `trainready.run` with its store commit, against the same case called in-process;
 - worker start-up (spawn + imports), paid once per worker;
+- `--executor ray` on a local Ray instance with one slot: Ray's start, the seconds to the first
+  result, and the per-case cost of an actor that keeps its Runner against that of a Ray task per
+  case with a fresh Runner (the design before actors), measured in the same run (`--ray-cases 0`
+  leaves Ray out);
 - time from `trainready run` (a new process, empty store) to the first stored result, which is
   when the progress bar first moves: for the trivial suite, and for the real matmul suite, whose
   first result also waits for the CPU peak calibration (an empty store has none cached).
@@ -30,6 +34,7 @@ from benchmarks import trivial_suite
 from trainready import api
 from trainready.config import RunConfig
 from trainready.core.context import CaseContext
+from trainready.core.ray_executor import RayExecutor, local_init_kwargs, task_resources
 from trainready.core.runner import Job, Runner
 
 SUITE = "benchmarks.trivial_suite"
@@ -43,7 +48,7 @@ def in_process_s(cases) -> float:
     return (time.perf_counter() - t0) / len(cases)
 
 
-def through_runner(cases, log_dir: Path) -> tuple[float, float]:
+def _jobs(cases) -> list[Job]:
     ctx = {
         "device": "cpu",
         "dtype": None,
@@ -52,7 +57,11 @@ def through_runner(cases, log_dir: Path) -> tuple[float, float]:
         "options": {},
         "peaks": {},
     }
-    jobs = [Job(c, SUITE, 60, ctx) for c in cases]
+    return [Job(c, SUITE, 60, ctx) for c in cases]
+
+
+def through_runner(cases, log_dir: Path) -> tuple[float, float]:
+    jobs = _jobs(cases)
     marks: list[float] = []
     runner = Runner(jobs=1, log_dir=log_dir, on_result=lambda r: marks.append(time.perf_counter()))
     t0 = time.perf_counter()
@@ -65,6 +74,58 @@ def through_runner(cases, log_dir: Path) -> tuple[float, float]:
     finally:
         runner.close()
     return (marks[-1] - t1) / (len(cases) - 1), startup
+
+
+def _fresh_runner_case(job: Job) -> str:
+    """The per-case body of the Ray executor before actors (a Ray task per case): a new one-worker
+    Runner, so a new worker process and its imports, for one case."""
+    statuses: list[str] = []
+    with tempfile.TemporaryDirectory() as logs:
+        runner = Runner(jobs=1, log_dir=logs, on_result=lambda r: statuses.append(r.status))
+        try:
+            runner.run([job])
+        finally:
+            runner.close()
+    return statuses[0]
+
+
+def through_ray(cases) -> dict[str, float]:
+    """One slot on a local Ray instance: Ray's start; the executor (one actor holding one Runner)
+    from its start to the first result (actor and worker start-up) and per case after it; and per
+    case, a Ray task per case with a fresh Runner, one after another (the design it replaced)."""
+    import ray
+
+    jobs = _jobs(cases)
+    t0 = time.perf_counter()
+    ray.init(**local_init_kwargs(jobs=1))
+    try:
+        t1 = time.perf_counter()
+        marks: list[float] = []
+        statuses: list[str] = []
+
+        def on_result(r) -> None:
+            marks.append(time.perf_counter())
+            statuses.append(r.status)
+
+        RayExecutor(on_result=on_result, jobs=1).run(jobs)
+        actor_first, actor_per_case = marks[0] - t1, (marks[-1] - marks[0]) / (len(jobs) - 1)
+        fresh = ray.remote(_fresh_runner_case).options(max_retries=0, **task_resources("cpu"))
+        marks.clear()
+        for job in jobs:
+            statuses.append(ray.get(fresh.remote(job)))
+            marks.append(time.perf_counter())
+        fresh_per_case = (marks[-1] - marks[0]) / (len(jobs) - 1)
+    finally:
+        ray.shutdown()
+    if statuses != ["pass"] * 2 * len(jobs):
+        raise RuntimeError(f"ray runs did not pass every trivial case: {sorted(set(statuses))}")
+    return {
+        "ray_init_s": t1 - t0,
+        "ray_actor_first_result_s": actor_first,
+        "ray_actor_ms_per_case": actor_per_case * 1e3,
+        "ray_task_per_case_ms_per_case": fresh_per_case * 1e3,
+        "ray_task_per_case_over_actor": fresh_per_case / actor_per_case,
+    }
 
 
 class _Marks(api.Observer):
@@ -133,14 +194,15 @@ def _machine() -> str:
 def _command(args: argparse.Namespace) -> str:
     """The command that reproduces the file (the note is recorded beside it, not in it)."""
     return shlex.join(
-        ["python", "-m", "benchmarks.runner_overhead", "--cases", str(args.cases), "--json",
-         str(args.json), "--note", "..."]
+        ["python", "-m", "benchmarks.runner_overhead", "--cases", str(args.cases), "--ray-cases",
+         str(args.ray_cases), "--json", str(args.json), "--note", "..."]
     )  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=200)
+    ap.add_argument("--ray-cases", type=int, default=20, help="cases through Ray (0: skip Ray)")
     ap.add_argument("--json", type=Path, help="also write the results here, with the command")
     ap.add_argument("--note", default="", help="a note for the JSON file (e.g. the machine's load)")
     args = ap.parse_args()
@@ -152,6 +214,8 @@ def main() -> None:
         with_store = through_api(args.cases, Path(tmp) / "api")
         first = first_result_s(Path(tmp) / "cli", SUITE)
         first_matmul = first_result_s(Path(tmp) / "matmul", "matmul")
+    ray_cases = cases[: args.ray_cases]
+    ray = through_ray(ray_cases) if len(ray_cases) > 1 else {}
     result = {
         "cases": args.cases,
         "runner_ms_per_case": per_case * 1e3,
@@ -163,6 +227,8 @@ def main() -> None:
         "worker_startup_s": startup,
         "cli_to_first_result_s": first,
         "cli_to_first_result_matmul_s": first_matmul,  # includes the CPU peak calibration
+        "ray_cases": len(ray_cases) if ray else 0,
+        **ray,
     }
     print(json.dumps(result, indent=2))
     if args.json:

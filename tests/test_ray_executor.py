@@ -1,15 +1,37 @@
-"""--executor ray on a local Ray instance: same statuses as the local runner, results streamed into
-the store, and a lost Ray worker recorded as `crash` for its case."""
+"""--executor ray on a local Ray instance (one per module): same statuses as the local runner,
+results streamed into the store, one worker per actor reused across its cases, --jobs actors, and
+a lost actor recorded as `crash` for its case and replaced."""
 
 from __future__ import annotations
+
+import itertools
+import os
 
 import pytest
 
 from trainready import api
-from trainready.core.ray_executor import task_resources
+from trainready.config import ConfigError
+from trainready.core.case import Case
+from trainready.core.ray_executor import (
+    RayExecutor,
+    _lost,
+    cluster_slots,
+    local_init_kwargs,
+    task_resources,
+)
+from trainready.core.runner import Job, RunnerError
 from trainready.core.store import Store
 
 ray = pytest.importorskip("ray", reason="the optional Ray extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module's runs (starting Ray takes seconds); the executors
+    find it running and leave it be."""
+    ray.init(**local_init_kwargs(jobs=2))
+    yield
+    ray.shutdown()
 
 
 def test_resource_requests():
@@ -18,8 +40,95 @@ def test_resource_requests():
     assert task_resources("neuron") == {"num_cpus": 1, "resources": {"neuron": 1}}
 
 
+def test_cluster_slots():
+    assert cluster_slots(task_resources("cuda:0"), {"CPU": 16.0, "GPU": 2.0}) == 2
+    assert cluster_slots(task_resources("cuda"), {"CPU": 1.0, "GPU": 8.0}) == 1  # CPU-bound
+    assert cluster_slots(task_resources("cpu"), {"CPU": 3.0, "GPU": 1.0}) == 3
+    assert cluster_slots(task_resources("neuron"), {"CPU": 8.0, "neuron": 2.0}) == 2
+    assert cluster_slots(task_resources("neuron"), {"CPU": 8.0}) == 0
+
+
+class _FakeRay:
+    def __init__(self, total: dict[str, float]):
+        self.total = total
+
+    def cluster_resources(self) -> dict[str, float]:
+        return self.total
+
+
+def test_slots_follow_jobs_within_the_cluster():
+    cpus = _FakeRay({"CPU": 8.0, "node:127.0.0.1": 1.0})
+    assert RayExecutor(jobs=3)._slots(cpus, "cpu", n_jobs=10) == 3  # --jobs
+    assert RayExecutor(jobs=3)._slots(cpus, "cpu", n_jobs=2) == 2  # no idle actor
+    assert RayExecutor(jobs=20)._slots(cpus, "cpu", n_jobs=50) == 8  # what the cluster holds
+    with pytest.raises(
+        ConfigError, match=r"cannot hold one actor for device 'cuda:0'.*has CPU=8\)$"
+    ):
+        RayExecutor(jobs=2)._slots(cpus, "cuda:0", n_jobs=4)
+
+
+def test_lost_names_a_dead_actor_or_what_raised_in_it():
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    assert _lost(ActorDiedError()).startswith("ray actor lost: ActorDiedError: The actor died")
+    raised = RayTaskError("CaseActor.run", "Traceback ...", RunnerError("worker failed to start"))
+    for e in (raised, raised.as_instanceof_cause()):  # ray.get raises the latter
+        assert _lost(e) == "ray actor failed: RunnerError: worker failed to start"
+
+
+def _jobs(kinds: list[str], alone: bool) -> list[Job]:
+    ctx = {"device": "cpu", "dtype": None, "budget_s": 30, "preset": "quick", "options": {}}
+    ctx["peaks"] = {}
+    return [
+        Job(Case("faulty", f"{i:02d}-{k}", {"kind": k}), "tests.faulty_suite", 30, ctx, alone=alone)
+        for i, k in enumerate(kinds)
+    ]
+
+
 @pytest.mark.slow
-def test_ray_run(tmp_path):
+def test_jobs_actors_each_reuse_one_worker(local_ray):
+    """--jobs 2, cases that may share the machine: both actors take cases, and each runs all of
+    its cases on one worker process (4 cases, 2 worker pids, none the driver's)."""
+    results = []
+    executor = RayExecutor(jobs=2, on_result=results.append)
+    try:
+        executor.run(_jobs(["ok"] * 4, alone=False))
+    finally:
+        executor.close()
+    assert [r.status for r in results] == ["pass"] * 4
+    pids = {r.metrics["pid"] for r in results}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+@pytest.mark.slow
+def test_lost_actor_is_crash_and_replaced(tmp_path, local_ray):
+    """One actor: its worker serves case after case; the actor killed under a case (the case
+    kills its worker's parent, the actor process) makes that case `crash`, and the rest run on a
+    new actor, again on one reused worker."""
+    kinds = ["ok", "ok", "kill_parent", "ok", "ok_after"]
+    summary = api.run(
+        ["tests.faulty_suite"],
+        device="cpu",
+        out=tmp_path,
+        jobs=1,
+        budget_s=30,
+        executor="ray",
+        options={"kinds": kinds},
+    )
+    with Store(tmp_path) as store:
+        got = sorted(store.results(summary.run_id), key=lambda r: r.case.name)
+    assert [r.status for r in got] == ["pass", "pass", "crash", "pass", "pass"]
+    assert got[2].diagnostics["error"].startswith("ray actor lost: ")
+    assert got[2].phase is None  # died with the actor: not known
+    before, after = (
+        {got[0].metrics["pid"], got[1].metrics["pid"]},
+        {got[3].metrics["pid"], got[4].metrics["pid"]},
+    )
+    assert len(before) == 1 and len(after) == 1 and before != after
+
+
+@pytest.mark.slow
+def test_ray_run(tmp_path, local_ray):
     kinds = ["ok", "raises", "abort", "hang", "kill_parent", "ok_after"]
     streamed = []
 
@@ -32,6 +141,7 @@ def test_ray_run(tmp_path):
         ["tests.faulty_suite"],
         device="cpu",
         out=tmp_path,
+        jobs=2,
         budget_s=5,
         executor="ray",
         options={"kinds": kinds},
@@ -48,5 +158,9 @@ def test_ray_run(tmp_path):
         "ok_after": "pass",
     }
     assert got["hang"].phase == "run"
-    assert "ray task lost" in got["kill_parent"].diagnostics["error"]
+    assert "worker died: SIGABRT" in got["abort"].diagnostics["error"]
+    assert "ray actor lost" in got["kill_parent"].diagnostics["error"]
     assert streamed == [True] * len(kinds)
+    # The faulty suite's cases run alone (timing kind): two CPU actors, never two cases at once.
+    spans = sorted((r.started_at, r.started_at + r.duration_s) for r in got.values())
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
