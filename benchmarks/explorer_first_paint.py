@@ -11,6 +11,12 @@ compute stream, NCCL kernels on a communication stream; allocator events), then 
   first time (which also stores the parsed columns in the cache) and when the trace is reopened
   (columns read back from `cache.TraceCache`);
 - first window: the server answering the whole-trace view for a 1600-px-wide canvas, and its size;
+- encode: that window's reply body, encoded as the server does (`server.encode_json`, msgspec)
+  and with `json.dumps` (what the server used before), best of --repeats each, in this run;
+- pan: the page's requests while the user drags a zoomed view (a tenth of the trace wide, moved
+  a twentieth at a time across the trace, 1600 px): the HTTP round trip of each window reply
+  from the running server, median and worst, and for the same replies the time json.dumps
+  would have added over msgspec;
 - first paint: headless Chromium opening the page until the timeline is drawn with data (the
   page's `timeline-first-paint` mark, from navigation start), over --repeats page loads.
 
@@ -185,6 +191,54 @@ def first_paint(url: str, repeats: int) -> list[float]:
     return times
 
 
+def best_of(repeats: int, fn) -> float:
+    """The least wall seconds of `repeats` calls of fn (noise only adds time)."""
+    times = []
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def encode_times(payload, repeats: int) -> dict:
+    """Milliseconds to encode one reply: the server's encoder and json.dumps."""
+    from trainready.profile.server import encode_json
+
+    return {
+        "msgspec_ms": 1000 * best_of(repeats, lambda: encode_json(payload)),
+        "json_dumps_ms": 1000
+        * best_of(repeats, lambda: json.dumps(payload, separators=(",", ":")).encode()),
+    }
+
+
+def pan(server, trace_id: str, end_ns: int, steps: int = 20) -> dict:
+    """Round trips of the window replies a drag of a zoomed view asks for (see the docstring)."""
+    import http.client
+    from urllib.parse import quote
+
+    host, port = server.server_address[:2]
+    width = end_ns // 10
+    rtt, kib, windows = [], [], []
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        for i in range(steps):
+            t0 = (end_ns - width) * i // max(1, steps - 1)
+            path = f"/api/traces/{quote(trace_id)}/view?t0={t0}&t1={t0 + width}&px=1600"
+            t = time.perf_counter()
+            conn.request("GET", path)
+            body = conn.getresponse().read()
+            rtt.append(time.perf_counter() - t)
+            kib.append(len(body) / 1024)
+            windows.append((t0, t0 + width))
+    finally:
+        conn.close()
+    rtt.sort()
+    return {"steps": steps, "round_trip_ms_median": 1000 * rtt[len(rtt) // 2],
+            "round_trip_ms_worst": 1000 * rtt[-1], "reply_kib_median": sorted(kib)[len(kib) // 2],
+            "windows": windows}  # fmt: skip
+
+
 def main() -> None:
     from benchmarks.trace_analysis import machine
     from trainready.profile.cache import TraceCache
@@ -235,6 +289,26 @@ def main() -> None:
         out["first_window_kib"] = len(json.dumps(window, separators=(",", ":"))) / 1024
         print(f"first window (whole trace, 3200 px): {wall['first_window']:.3f} s, "
               f"{out['first_window_kib']:.0f} KiB")  # fmt: skip
+        enc = out["first_window_encode"] = encode_times(window, args.repeats)
+        print(
+            f"first window encoded: msgspec {enc['msgspec_ms']:.2f} ms, json.dumps "
+            f"{enc['json_dumps_ms']:.2f} ms ({enc['json_dumps_ms'] / enc['msgspec_ms']:.0f}x)"
+        )
+        server = ExplorerServer(library)
+        server.start()
+        try:
+            pans = out["pan"] = pan(server, path.name, view.end_ns)
+        finally:
+            server.close()
+        added = [encode_times(view.window(a, b, 1600), 1) for a, b in pans.pop("windows")]
+        gain = sorted(e["json_dumps_ms"] - e["msgspec_ms"] for e in added)
+        pans["json_dumps_would_add_ms_median"] = gain[len(gain) // 2]
+        print(
+            f"pan ({pans['steps']} window replies of a tenth of the trace over HTTP): round "
+            f"trip median {pans['round_trip_ms_median']:.1f} ms, worst "
+            f"{pans['round_trip_ms_worst']:.1f} ms, {pans['reply_kib_median']:.0f} KiB; "
+            f"json.dumps would add {gain[len(gain) // 2]:.1f} ms each (median)"
+        )
         if not (Path(CHROMIUM).exists() and _has_playwright()):
             print("first paint: skipped (needs /usr/bin/chromium and playwright)")
         else:

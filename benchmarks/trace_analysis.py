@@ -1,6 +1,7 @@
 """Trace parse + analyse: time and peak memory, trainready vs HolisticTraceAnalysis, and 1M events.
 
     python -m benchmarks.trace_analysis [--traces DIR] [--events 1000000] [--repeat 3] [--no-hta]
+                                        [--whole-repeat 7] [--baseline DIR] [--whole-only]
                                         [--json OUT]
 
 Not a test (machines are noisy). Every measurement runs in a fresh child process, so peak memory is
@@ -22,7 +23,19 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
 - a generated trace of N events (default 1M; a training-like mix of ops, launches, kernels,
   memcpys and flow arrows): trainready alone, `load_trace` + every analysis of
   `analysis.summary` (steps, hardware rows, FLOPs/MFU, dependencies, critical paths, memory,
-  source lines too; target <= 10 s and <= 2 GB).
+  source lines too; target <= 10 s and <= 2 GB);
+- whole processes (`--whole-repeat N` rounds per trace, 0: none): the user's command,
+  `python -m trainready analyze TRACE` (every analysis and the printed tables, output to
+  /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a fresh
+  `python -c` running HTA's load and five analyses as above; wall time and CPU time of each child
+  (its workers included), imports and interpreter start-up included. The two run interleaved
+  (ours, HTA, HTA, ours, ...) so load on a shared machine falls on both; the speed-up is the
+  median of each round's ratio. `--baseline DIR`, another source tree of trainready (an earlier
+  revision: `git archive REV | tar -x -C DIR`), adds its `analyze` to every round, the same way.
+  All run with Python's bytecode cache on, in a private `PYTHONPYCACHEPREFIX` filled by one
+  unmeasured round (an installed package has its `.pyc` files; a `PYTHONDONTWRITEBYTECODE`
+  environment would otherwise recompile trainready's modules in every run while HTA's came
+  compiled from pip).
 """
 
 from __future__ import annotations
@@ -31,10 +44,14 @@ import argparse
 import contextlib
 import gzip
 import json
+import os
 import random
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +154,62 @@ def _best(code: str, path: Path, *flags: str, repeat: int = 1, **kw: Any) -> dic
     return min(ok, key=lambda r: r["cpu_s"]) if ok else runs[-1]
 
 
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Wall and CPU seconds of one child process (with the processes it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd, env=env)  # fmt: skip
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu}
+
+
+def _whole(
+    path: Path, repeat: int, env: dict[str, str], baseline: Path | None = None
+) -> dict[str, Any]:
+    """`trainready analyze` and HTA as whole fresh processes, interleaved, `repeat` rounds; and
+    the `baseline` source tree's `analyze` in each round when given. `speedup_*`: the median over
+    rounds of HTA's time / this tree's; `baseline_speedup_*`: the same for the baseline's."""
+    analyze = [sys.executable, "-m", "trainready", "analyze", str(path)]
+    tools = {"trainready": (analyze, REPO), "hta": ([sys.executable, "-c", _HTA, str(path)], REPO)}
+    if baseline is not None:
+        tools["baseline"] = (analyze, baseline)  # `-m` imports the package of the cwd first
+    runs: dict[str, list[dict[str, Any]]] = {who: [] for who in tools}
+    for i in range(repeat):
+        for who in list(tools)[:: 1 if i % 2 == 0 else -1]:  # who goes first alternates
+            with tempfile.TemporaryDirectory() as cache:  # an empty trace cache every run
+                cmd, cwd = tools[who]
+                runs[who].append(_timed(cmd, cwd, {**env, "TRAINREADY_CACHE_DIR": cache}))
+    row: dict[str, Any] = {}
+    for who, rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        row[who] = {"wall_s": [r["wall_s"] for r in ok], "cpu_s": [r["cpu_s"] for r in ok]}
+        if ok:
+            row[who]["median_wall_s"] = statistics.median(row[who]["wall_s"])
+            row[who]["median_cpu_s"] = statistics.median(row[who]["cpu_s"])
+        if len(ok) < len(rs):
+            row[who]["error"] = next(r["error"] for r in rs if "error" in r)
+    for who, prefix in (("trainready", ""), ("baseline", "baseline_")):
+        rounds = zip(runs.get(who, []), runs["hta"], strict=False)
+        pairs = [(o, h) for o, h in rounds if "error" not in o and "error" not in h]
+        for unit in ("wall", "cpu"):
+            ratios = [h[f"{unit}_s"] / o[f"{unit}_s"] for o, h in pairs]
+            if ratios:
+                row[f"{prefix}speedup_{unit}"] = statistics.median(ratios)
+                row[f"{prefix}speedup_{unit}_range"] = [min(ratios), max(ratios)]
+    return row
+
+
+def _bytecode_env(prefix: str) -> dict[str, str]:
+    """The environment whole-process runs share: bytecode cached under `prefix` for both tools."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": prefix}
+
+
 def _has_hta() -> bool:
     probe = subprocess.run([sys.executable, "-c", "import hta.trace_analysis"], capture_output=True)
     return probe.returncode == 0
@@ -206,8 +279,6 @@ def generate(path: Path, events: int, seed: int = 0) -> int:
 def _reopen(path: Path, repeat: int) -> dict[str, Any]:
     """trainready reopening a trace through the parsed-column cache (a fresh cache directory:
     one child process fills it, the next ones are measured)."""
-    import os
-
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TRAINREADY_CACHE_DIR": cache}
         _child(_TRAINREADY, path, "--cached", env=env)
@@ -216,7 +287,6 @@ def _reopen(path: Path, repeat: int) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """Where it ran: CPU model and count, load average (the machine may be shared)."""
-    import os
     import platform
 
     model = ""
@@ -229,12 +299,59 @@ def machine() -> dict[str, Any]:
             "load_average": os.getloadavg()}  # fmt: skip
 
 
+def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Fill results["whole_process"]: per trace, `_whole` pairs, bytecode cached for both."""
+    results["whole_process"] = {}
+    with tempfile.TemporaryDirectory() as prefix:
+        env = _bytecode_env(prefix)
+        paths = [args.traces / n for n in BIG if (args.traces / n).is_file()]
+        if paths:
+            _whole(paths[-1], 1, env, args.baseline)  # unmeasured: writes every tool's bytecode
+        for path in paths:
+            row = _whole(path, args.whole_repeat, env, args.baseline)
+            results["whole_process"][path.name] = row
+            nan = float("nan")
+            lo, hi = row.get("speedup_wall_range", [nan, nan])
+            print(
+                f"{path.name[:40]:40s} whole process: trainready analyze "
+                f"{row['trainready'].get('median_wall_s', nan):5.2f} s, HTA "
+                f"{row['hta'].get('median_wall_s', nan):5.2f} s wall (medians); "
+                f"{row.get('speedup_wall', nan):5.1f}x by wall ({lo:.1f}-{hi:.1f}), "
+                f"{row.get('speedup_cpu', nan):5.1f}x by CPU"
+                + (
+                    f"; baseline {row['baseline_speedup_wall']:.1f}x by wall, "
+                    f"{row['baseline_speedup_cpu']:.1f}x by CPU"
+                    if "baseline_speedup_cpu" in row
+                    else ""
+                ),  # fmt: skip
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (the best kept)")
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument(
+        "--whole-repeat",
+        type=int,
+        default=7,
+        help="whole-process rounds (trainready analyze, HTA) per trace; 0: none",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another trainready source tree (e.g. `git archive HEAD | tar -x -C DIR`) whose "
+        "analyze the whole-process rounds time beside this one's",
+    )
+    ap.add_argument(
+        "--whole-only",
+        action="store_true",
+        help="only the whole-process comparison (no in-process runs, no 1M events)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     hta = not args.no_hta and _has_hta()
@@ -244,7 +361,9 @@ def main() -> None:
         "traces": {},
         "generated": None,
     }
-    for name in BIG:
+    if hta and args.whole_repeat:
+        _whole_processes(args, results)
+    for name in [] if args.whole_only else BIG:
         path = args.traces / name
         if not path.is_file():
             continue
@@ -272,7 +391,7 @@ def main() -> None:
             line += f"   {row['speedup']:5.1f}x faster ({row.get('speedup_reopen', 0):.0f}x "
             line += f"reopened), {row['memory_ratio']:4.1f}x less memory"
         print(line, flush=True)
-    if args.events:
+    if args.events and not args.whole_only:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "generated.json.gz"
             n = generate(path, args.events)

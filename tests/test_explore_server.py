@@ -249,3 +249,32 @@ def test_reopening_a_trace_reads_the_parsed_cache(tmp_path, monkeypatch):
     loaded = Library(files=[TRACES / ALEXNET]).get(ALEXNET)  # a new server: from the cache
     assert len(loaded.trace) == len(load_trace(TRACES / ALEXNET))
     assert Library(files=[TRACES / ALEXNET], parsed_cache=False).parsed is None
+
+
+def _no_constants(token):
+    raise AssertionError(f"{token} is not JSON")
+
+
+def test_replies_write_nan_and_infinity_as_null(serve, monkeypatch):
+    """JSON has no NaN: a NaN or infinite number in a reply (a Python or a numpy float) is sent
+    as null, in a 200 reply the browser's JSON.parse reads, never as `NaN` / `Infinity`."""
+    from trainready.profile import server as server_module
+
+    odd = {"nan": float("nan"), "inf": [float("inf"), -float("inf")], "np_nan": np.float64("nan"),
+           "np": [np.int64(3), np.float32(0.5), np.bool_(True)], "ok": 1.25}  # fmt: skip
+    monkeypatch.setattr(server_module.Loaded, "summary", lambda self: odd)
+    server = serve(Library(files=[TRACES / ALEXNET]))
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request("GET", f"/api/traces/{ALEXNET}/summary")
+        resp = conn.getresponse()
+        raw = resp.read()
+    finally:
+        conn.close()
+    assert resp.status == 200
+    assert json.loads(raw, parse_constant=_no_constants) == {
+        "nan": None, "inf": [None, None], "np_nan": None, "np": [3, 0.5, True], "ok": 1.25
+    }  # fmt: skip
+    with pytest.raises(TypeError, match="cannot encode a object"):
+        server_module.encode_json({"x": object()})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -150,3 +152,89 @@ def test_profile_command_on_an_unmodified_script(tmp_path, monkeypatch):
     for device_table in ("Device time", "Kernel types", "Idle time per stream", "device busy"):
         assert device_table not in text
     assert "Your code by host time" in text and "Profiler steps" in text
+
+
+SMALL = DATA / "trace_filter__sampled_rank-1.json.gz"
+
+
+def _quick_call(monkeypatch, argv):
+    """What quick_analyze runs for `argv`: (trace, options) or None (left to Typer)."""
+    calls = []
+    monkeypatch.setattr(profile_command, "analyze", lambda trace, **kw: calls.append((trace, kw)))
+    code = profile_command.quick_analyze(argv)
+    assert (code is None) == (not calls)
+    return calls[0] if calls else None
+
+
+def test_quick_analyze_parses_the_plain_forms(monkeypatch):
+    t = Path("t.json.gz")
+    assert _quick_call(monkeypatch, ["analyze", str(t)]) == (t, {})
+    argv = ["analyze", "--json", str(t), "--no-all-steps", "--peak-tflops", "2.5"]
+    assert _quick_call(monkeypatch, argv) == (
+        t, {"as_json": True, "all_steps": False, "peak_tflops": 2.5}
+    )  # fmt: skip
+    argv = ["analyze", str(t), "--all-steps", "--peak-tflops=0.001"]
+    assert _quick_call(monkeypatch, argv) == (t, {"all_steps": True, "peak_tflops": 0.001})
+
+
+def test_quick_analyze_leaves_everything_else_to_typer(monkeypatch):
+    for argv in (
+        [], ["explore", "t"], ["analyze"], ["analyze", "--help"], ["analyze", "t", "--help"],
+        ["analyze", "a", "b"], ["analyze", "t", "--json", "--json"], ["analyze", "-", "--json"],
+        ["analyze", "t", "--all-steps", "--no-all-steps"], ["analyze", "t", "--jsn"],
+        ["analyze", "t", "--peak-tflops", "0"], ["analyze", "t", "--peak-tflops", "1e3"],
+        ["analyze", "t", "--peak-tflops"], ["analyze", "t", "--peak-tflops", "--json"],
+        ["analyze", "t", "--json=1"], ["analyze", "--", "t"], ["analyze", ""],
+    ):  # fmt: skip
+        assert _quick_call(monkeypatch, argv) is None, argv
+
+
+def test_quick_analyze_flags_are_typers(monkeypatch):
+    """Each flag quick_analyze reads is the Typer option of the parameter it sets, with the same
+    sense, and Typer's minimum of the number is the one it checks: renaming one fails here."""
+    import typer.main
+
+    command = typer.main.get_command(app).commands["analyze"]
+    params = {p.name: p for p in command.params}
+    for flag, (name, value) in profile_command.QUICK_FLAGS.items():
+        assert flag in (params[name].opts if value else params[name].secondary_opts), flag
+    assert profile_command.QUICK_NUMBER in params["peak_tflops"].opts
+    least = profile_command.PEAK_TFLOPS_MIN
+    for peak, code in ((least, 0), (least * 0.9, 2)):
+        argv = ["analyze", str(SMALL), "--json", profile_command.QUICK_NUMBER, repr(peak)]
+        assert runner.invoke(app, argv).exit_code == code
+        assert (_quick_call(monkeypatch, argv) is None) == bool(code)
+
+
+def test_quick_analyze_prints_what_typer_prints(capsys):
+    for argv in (["analyze", str(SMALL)], ["analyze", str(SMALL), "--json", "--all-steps"],
+                 ["analyze", str(DATA / "missing.json.gz")]):  # fmt: skip
+        typer_result = runner.invoke(app, argv)
+        code = profile_command.quick_analyze(argv)
+        out = capsys.readouterr()
+        assert (code, out.out + out.err) == (typer_result.exit_code, typer_result.output)
+
+
+def test_analyze_imports_neither_typers_parser_nor_the_runner():
+    """`trainready analyze TRACE` as the console entry runs it: no pydantic (Typer's parsing),
+    no torch, no report renderers, and numpy loaded without OpenBLAS's thread pool: the cost of
+    every whole-process run."""
+    code = (
+        "import sys\n"
+        "from trainready.cli import main\n"
+        f"sys.argv = ['trainready', 'analyze', {str(SMALL)!r}, '--json']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "heavy = ('pydantic', 'torch', 'trainready.report.html', 'pandas')\n"
+        "print([m for m in heavy if m in sys.modules], file=sys.stderr)\n"
+        "import os\n"
+        "assert os.environ['OPENBLAS_NUM_THREADS'] == '1'  # no BLAS thread pool to start\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["TRAINREADY_CACHE_DIR"] = "off"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[0]["launches"]["count"] == 577
+    assert p.stderr.strip().splitlines()[-1] == "[]"

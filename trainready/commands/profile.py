@@ -14,7 +14,8 @@ import typer
 
 from trainready.clikit import IMPORT_OPTION, console, fail, guard
 from trainready.imports import import_modules, requested
-from trainready.report import fmt
+
+PEAK_TFLOPS_MIN = 0.001
 
 
 def _target(command: list[str]) -> list[str]:
@@ -125,6 +126,9 @@ def _print_host_tables(s: dict[str, Any]) -> None:
     on_device = s.get("device_activity", True)
     fl = s["flops"]
     if fl["ops"]:
+        # The report package (for its number formats) loads only when there is a table.
+        from trainready.report import fmt
+
         ft = Table(title=f"Matmul/conv/attention FLOPs: {fl['ops']:,} op calls, "
                    f"{fl['flops'] / 1e12:,.3f} TFLOP in {_ms(fl['time_ns'])}")  # fmt: skip
         for col in ("op", "shapes", "dtype", "calls", "time", "TFLOP/s", "MFU"):
@@ -233,32 +237,81 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
         console.print(f"trace: {out / 'trace.json.gz'}   analyse: trainready analyze {out}")
 
-    @app.command()
-    @guard
-    def analyze(
-        trace: Annotated[Path, typer.Argument(help="Trace file (.json/.json.gz) or directory.")],
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-        all_steps: Annotated[
-            bool, typer.Option(help="Keep the last profiler step (dropped by default).")
-        ] = False,
-        peak_tflops: Annotated[
-            float | None,
-            typer.Option(
-                help="Peak TFLOP/s for MFU (default: the device's datasheet peak).", min=0.001
-            ),
-        ] = None,
-    ) -> None:
-        """Summarise a profiler trace: device idle/compute time, kernel types, idle causes,
-        communication overlap, kernel launches, steps."""
-        from trainready.profile.analysis import summary
-        from trainready.profile.cache import load_cached
-        from trainready.profile.trace import load
+    app.command()(guard(analyze))
 
-        peak = None if peak_tflops is None else peak_tflops * 1e12
-        traces = load(trace, loader=load_cached)  # a second analyze reads the parsed columns
-        summaries = [summary(t, trim_last_step=not all_steps, peak_flops=peak) for t in traces]
-        if as_json:
-            sys.stdout.write(json.dumps(summaries, indent=1) + "\n")
-            return
-        for s in summaries:
-            _print_summary(s)
+
+def analyze(
+    trace: Annotated[Path, typer.Argument(help="Trace file (.json/.json.gz) or directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    all_steps: Annotated[
+        bool, typer.Option(help="Keep the last profiler step (dropped by default).")
+    ] = False,
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option(
+            help="Peak TFLOP/s for MFU (default: the device's datasheet peak).",
+            min=PEAK_TFLOPS_MIN,
+        ),
+    ] = None,
+) -> None:
+    """Summarise a profiler trace: device idle/compute time, kernel types, idle causes,
+    communication overlap, kernel launches, steps."""
+    if "numpy" not in sys.modules:  # OpenBLAS starts a thread per core when numpy loads; no
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # analysis multiplies matrices
+    from trainready.profile.analysis import summary
+    from trainready.profile.cache import load_cached
+    from trainready.profile.trace import load
+
+    peak = None if peak_tflops is None else peak_tflops * 1e12
+    traces = load(trace, loader=load_cached)  # a second analyze reads the parsed columns
+    summaries = [summary(t, trim_last_step=not all_steps, peak_flops=peak) for t in traces]
+    if as_json:
+        sys.stdout.write(json.dumps(summaries, indent=1) + "\n")
+        return
+    for s in summaries:
+        _print_summary(s)
+
+
+# The flags of `analyze` that quick_analyze reads, as Typer declares them (a test holds the two
+# together): flag -> (parameter, value).
+QUICK_FLAGS = {"--json": ("as_json", True), "--all-steps": ("all_steps", True),
+               "--no-all-steps": ("all_steps", False)}  # fmt: skip
+QUICK_NUMBER = "--peak-tflops"
+_PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+
+
+def quick_analyze(argv: list[str]) -> int | None:
+    """Run `analyze` when `argv` is its plain form, `analyze TRACE [--json] [--all-steps |
+    --no-all-steps] [--peak-tflops P]` (each at most once, P a decimal number at or above the
+    option's minimum); returns its exit code. Anything else (help, another or a repeated
+    option, a value to check) is None: Typer parses it. Why: Typer's parsing imports pydantic and
+    builds its validators, a fifth of a whole `trainready analyze` of a small trace."""
+    if not argv or argv[0] != "analyze":
+        return None
+    kwargs: dict[str, Any] = {}  # the options given; the others keep analyze's defaults
+    trace = None
+    args = iter(argv[1:])
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if arg in QUICK_FLAGS:
+            key, given = QUICK_FLAGS[arg]
+        elif name == QUICK_NUMBER:
+            value = value if eq else next(args, "")
+            if not _PLAIN_NUMBER.fullmatch(value) or float(value) < PEAK_TFLOPS_MIN:
+                return None
+            key, given = "peak_tflops", float(value)
+        elif arg and not arg.startswith("-") and trace is None:
+            trace = Path(arg)
+            continue
+        else:
+            return None
+        if key in kwargs:  # given twice, or --all-steps with --no-all-steps
+            return None
+        kwargs[key] = given
+    if trace is None:
+        return None
+    try:
+        guard(analyze)(trace, **kwargs)
+    except typer.Exit as e:
+        return e.exit_code
+    return 0
