@@ -105,6 +105,35 @@ def test_execute_tiny_case_passes(pass_):
     assert out.diagnostics["peak_source"] == "measured"
 
 
+def test_execute_reads_the_drift_reference_around_its_timing(monkeypatch):
+    """Just before and just after the timed loop, in that order, with the calibration's reading
+    of the peak (None for a peak without one): the report's drift comes from these."""
+    calls = []
+    monkeypatch.setattr(matmul, "benchmark", _after(matmul.benchmark, calls, "timed"))
+    monkeypatch.setattr(matmul, "reference_rate", lambda device, dtype: calls.append(dtype) or 7e9)
+    peak = {**PEAK, "reference_flops": 9e9}
+    ref = matmul.execute(_tiny("fwd"), _ctx(peaks={"bf16": peak})).diagnostics["drift_reference"]
+    assert calls == ["bf16", "timed", "bf16"]
+    assert ref == {
+        "workload": "512³ bf16 matmul",
+        "readings_flops": [7e9, 7e9],
+        "calibration_flops": 9e9,
+    }
+    assert (
+        matmul.execute(_tiny("fwd"), _ctx()).diagnostics["drift_reference"]["calibration_flops"]
+        is None
+    )
+
+
+def _after(fn, calls: list, name: str):  # noqa: ANN001, ANN202 - a wrapper for any signature
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        out = fn(*args, **kwargs)
+        calls.append(name)
+        return out
+
+    return wrapped
+
+
 def test_execute_checks_edges_corners_and_an_interior_sample_of_a_large_output():
     # 200 x 96 outputs: the check samples CHECK_SIZE rows and columns -- the first and last EDGE
     # of each, and INTERIOR random ones -- and judges the nine regions apart.

@@ -85,3 +85,41 @@ def test_benchmark_a_real_matmul_with_cache_flush():
 def test_benchmark_rejects_zero_repeats():
     with pytest.raises(ValueError, match="repeats"):
         benchmark(lambda: None, "cpu", repeats=0)
+
+
+def test_drift_is_fastest_over_slowest_reading_and_widens_both_ways():
+    from trainready.stats import MAX_DRIFT, drift, drift_why, widen
+
+    assert drift([100.0, 80.0, 90.0]) == pytest.approx(0.25)
+    assert drift([5.0]) is None and drift([]) is None  # one reading shows no movement
+    assert drift([5.0, 0.0]) is None  # a reading of nothing is no speed
+    assert widen([2.0, 3.0], 0.25) == pytest.approx([1.6, 3.75])
+    assert widen([2.0, 3.0], None) == [2.0, 3.0] and widen([2.0, 3.0], 0.0) == [2.0, 3.0]
+    assert drift_why(MAX_DRIFT, "during the run") is None and drift_why(None, "x") is None
+    assert drift_why(0.3, "during the run") == (
+        "the machine's speed moved 30% during the run (drift reference; over 25%)"
+    )
+
+
+def test_the_drift_reference_reads_a_speed_and_the_calibration_keeps_one(monkeypatch):
+    from trainready.device import peak
+    from trainready.probes.drift import reference_rate, workload
+
+    torch.manual_seed(3)
+    first = torch.rand(1)
+    torch.manual_seed(3)
+    assert reference_rate("cpu", "fp32") > 0
+    assert torch.rand(1) == first  # it draws from its own generator: a case's seeds stay put
+    assert workload("cpu", "bf16") == "512³ bf16 matmul"
+    # A measured peak keeps a reading taken with its calibration, in the cache and the record.
+    small = peak.calibrate_peak
+    monkeypatch.setattr(peak, "calibrate_peak", lambda d, t: small(d, t, max_n=128, budget_s=0.5))
+    monkeypatch.setattr(peak, "_host_fallbacks", lambda d, t: {})  # seconds of dispatch tables
+    kept: dict = {}
+    cache = peak.PeakCache(
+        lambda k, t: kept.get((k, t)),
+        lambda k, t, f, d: kept.update({(k, t): {"peak_flops": f, **d}}),
+    )
+    record = peak.resolve_peak("cpu", "fp32", cache)
+    assert record["reference_flops"] > 0
+    assert peak.resolve_peak("cpu", "fp32", cache)["reference_flops"] == record["reference_flops"]

@@ -14,9 +14,10 @@ from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Result
 from trainready.core.context import CaseContext
 from trainready.core.store import Store
+from trainready.ledger import Mode, break_even_range
 from trainready.report.sections.train import COMPILE_PHASE_COLUMNS, break_even_text
 from trainready.suites import train as suite
-from trainready.suites.train import SCENARIOS, Scenario, cases, combine_ranks, judge
+from trainready.suites.train import MODES, SCENARIOS, Scenario, cases, combine_ranks, judge
 from trainready.training import COMPILE_PHASES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,21 +150,23 @@ MAIN = ["cold", "warm", "arch_change"]
 
 
 def test_one_pooled_rate_per_mode_so_speedup_and_break_even_agree():
-    """The report that said "speedup 1.27x" next to "break-even (cold): never": cold's compiled
-    steps measured slower than its eager ones, warm's faster. Pooled, one rate per mode: every
-    scenario's ledger uses it, and a compiled mode faster per step breaks even everywhere."""
-    eager = {"cold": [0.12, 0.13, 0.12, 0.125, 0.13], "warm": [0.16, 0.15, 0.16, 0.155, 0.15],
+    """The report that said "speedup 1.27x" next to "break-even (cold): never": each scenario's
+    rate carried its own noise. Pooled, one rate per mode: every scenario's ledger uses it, and a
+    compiled mode faster per step breaks even everywhere. (Cold and warm run the same work: the
+    15% their compiled medians differ by is the machine's drift, and widens the interval.)"""
+    eager = {"cold": [0.14, 0.15, 0.14, 0.145, 0.15], "warm": [0.15, 0.145, 0.15, 0.148, 0.145],
              "arch_change": [0.14, 0.145, 0.14, 0.15, 0.14]}  # fmt: skip
-    compiled = {"cold": [0.13, 0.135, 0.14, 0.13, 0.135], "warm": [0.1, 0.11, 0.1, 0.105, 0.1],
+    compiled = {"cold": [0.11, 0.115, 0.12, 0.11, 0.115], "warm": [0.1, 0.11, 0.1, 0.105, 0.1],
                 "arch_change": [0.11, 0.115, 0.11, 0.12, 0.11]}  # fmt: skip
     params = {**PARAMS, "scenarios": MAIN}
     out = judge(params, _noisy_runs(eager, compiled), PEAK)
     rates = out.diagnostics["rates"]["main"]
     assert rates["eager"]["steady_steps"] == rates["compiled"]["steady_steps"] == 15
-    assert rates["eager"]["step_s"] == pytest.approx(0.14)  # the median of all 15
+    assert rates["eager"]["step_s"] == pytest.approx(0.145)  # the median of all 15
+    assert out.diagnostics["drift_reference"]["moved"] == pytest.approx(0.115 / 0.1 - 1)
     sp = rates["speedup"]
     assert sp["conclusive"] and sp["interval"][0] > 1, sp
-    assert out.metrics["compiled_speedup"] == pytest.approx(0.14 / rates["compiled"]["step_s"])
+    assert out.metrics["compiled_speedup"] == pytest.approx(0.145 / rates["compiled"]["step_s"])
     for name in MAIN:
         entry = out.diagnostics["ledger"][name]
         assert entry["tokens_per_s"]["compiled"] == rates["compiled"]["tokens_per_s"]
@@ -173,12 +176,55 @@ def test_one_pooled_rate_per_mode_so_speedup_and_break_even_agree():
         # Every scenario's rate metrics are its pool's: scenarios differ in their first step only.
         assert out.metrics[f"compiled_{name}_tokens_per_s"] == rates["compiled"]["tokens_per_s"]
     # The scenario's own steady steps stay as measured, for the reader.
-    assert out.diagnostics["scenarios"]["compiled"]["cold"]["step_s"] == pytest.approx(0.135)
+    assert out.diagnostics["scenarios"]["compiled"]["cold"]["step_s"] == pytest.approx(0.115)
+
+
+def _drifting(factor: float) -> dict:
+    """Eager and compiled in turn, cold then warm, the machine `factor` slower for warm."""
+    steps = [0.10, 0.102, 0.101, 0.099, 0.1, 0.101]
+    eager = {"cold": [2 * t for t in steps], "warm": [2 * factor * t for t in steps]}
+    compiled = {"cold": steps, "warm": [factor * t for t in steps]}
+    return judge({**PARAMS, "scenarios": ["cold", "warm"]}, _noisy_runs(eager, compiled), PEAK)
+
+
+def test_the_machines_drift_widens_every_rate_or_makes_it_inconclusive():
+    """Cold and warm train the same work: when the machine ran 15% slower for warm, the rates'
+    and the speedup's intervals are widened by 15% each way; at 30% (over stats.MAX_DRIFT) they
+    are inconclusive, with the move named. Without the widening, two runs of this machine would
+    state intervals that a rerun contradicts."""
+    steady = _drifting(1.0).diagnostics
+    assert steady["drift_reference"]["moved"] == pytest.approx(0.0, abs=1e-12)
+    moved = _drifting(1.15).diagnostics
+    assert moved["drift_reference"]["moved"] == pytest.approx(0.15)
+    for mode in ("eager", "compiled"):
+        rate = moved["rates"]["main"][mode]
+        lo, hi = rate["step_s_noise_interval"]
+        assert rate["step_s_interval"] == pytest.approx([lo / 1.15, hi * 1.15])
+        assert rate["tokens_per_s_interval"][0] == pytest.approx(256 / (hi * 1.15))
+        assert not rate["why"]
+    sp = moved["rates"]["main"]["speedup"]
+    assert sp["conclusive"] and sp["interval"][0] == pytest.approx(sp["noise_interval"][0] / 1.15)
+    # The first steps, one sample each, may have run 15% faster or slower too: the break-even
+    # range spans that as well as the speedup's interval.
+    entry = moved["ledger"]["cold"]
+    e, c = (Mode(m, entry["first_step_s"][m], entry["tokens_per_s"][m]) for m in MODES)
+    as_measured = break_even_range(e, c, entry["tokens_per_step"], sp["interval"])
+    lo, hi = entry["break_even_range"]
+    assert lo < as_measured[0] <= entry["break_even_step"] <= as_measured[1] < hi
+    far = _drifting(1.3)
+    for mode in ("eager", "compiled"):
+        assert (
+            "the machine's speed moved 30% during the case"
+            in far.diagnostics["rates"]["main"][mode]["why"]
+        )
+    assert not far.diagnostics["rates"]["main"]["speedup"]["conclusive"]
+    assert not far.diagnostics["ledger"]["cold"]["conclusive"]
+    assert "compiled_speedup" not in far.metrics
 
 
 def test_too_wide_a_spread_is_inconclusive_with_why():
     """One mode's step time differing 17x across scenarios (a machine under load) is no rate."""
-    eager = {"cold": [0.012] * 5, "warm": [0.2] * 5, "arch_change": [0.013] * 5}
+    eager = {"cold": [0.012] * 5, "warm": [0.013] * 5, "arch_change": [0.2] * 5}
     compiled = {name: [0.01] * 5 for name in MAIN}
     out = judge({**PARAMS, "scenarios": MAIN}, _noisy_runs(eager, compiled), PEAK)
     rates = out.diagnostics["rates"]["main"]
@@ -376,13 +422,30 @@ def test_report_calls_an_inconclusive_speedup_and_break_even_so_and_says_why(tmp
         )
         md = render(store, ["r1"], "md")
         doc = json.loads(render(store, ["r1"], "json"))
-    assert "**compiled steady speedup**: inconclusive — t: steady eager steps spread" in md
-    assert "**break-even step (cold)**: inconclusive — steady eager steps spread" in md
+    # Eager warm ran 17x slower than eager cold, the same work: the machine moved, and every
+    # timing headline says so, with the drift reference that shows it.
+    moved = "the machine's speed moved 1567% during the case"
+    assert f"**compiled steady speedup**: inconclusive — t: {moved}" in md
+    assert f"**break-even step (cold)**: inconclusive — {moved}" in md
     heads = {h["label"]: h for h in doc["runs"][0]["headlines"]}
     assert heads["compiled steady speedup"]["value"] == "inconclusive"
-    # The compiled rate itself is fine: a number, with its interval and sample.
-    assert "95% interval" in heads["compiled tokens/s"]["note"]
-    assert "15 steps" in heads["compiled tokens/s"]["note"]
+    assert heads["compiled tokens/s"]["value"] == "inconclusive"
+    assert "eager 12.00 → 200.0 ms" in heads["compiled tokens/s"]["note"]
+    # With the machine steady, a spread that wide is still called out (arch_change, other work).
+    eager = {"cold": [0.012] * 5, "warm": [0.013] * 5, "arch_change": [0.2] * 5}
+    out = judge({**PARAMS, "scenarios": MAIN}, _noisy_runs(eager, compiled), PEAK)
+    with Store(tmp_path) as store:
+        store.add_result(
+            "r1", Result(Case("train", "t", {}), out.status, out.metrics, out.diagnostics)
+        )
+        md = render(store, ["r1"], "md")
+        doc = json.loads(render(store, ["r1"], "json"))
+    assert "**compiled steady speedup**: inconclusive — t: steady eager steps spread" in md
+    heads = {h["label"]: h for h in doc["runs"][0]["headlines"]}
+    # The compiled rate itself is fine: a number, with its interval, sample and drift.
+    note = heads["compiled tokens/s"]["note"]
+    assert "95% interval" in note and "15 steps" in note, note
+    assert "widened by the drift" in note and "machine drift 8.3% (steady step medians" in note
 
 
 def test_report_names_the_moe_dispatch_that_ran():

@@ -276,6 +276,27 @@ def test_matmul_mfu_is_judged_at_the_largest_m_not_across_clusters():
     )
 
 
+def test_an_inconclusive_mfu_decides_neither_ready_nor_not_ready():
+    # The drift reference moved 50% over the run: the matmul headline says inconclusive, and so
+    # does the verdict, whatever side of the threshold the measured median fell on.
+    moved = {"readings_flops": [1.0e11, 1.5e11], "workload": "512^3 fp32 GEMM"}
+    for mfu in (0.9, 0.1):
+        results = [_train(compiled_warm_mfu=0.45)]
+        results += [_matmul(mfu, drift_reference=moved), _matmul(mfu + 0.01)]
+        line = _line(_run(results), "throughput")
+        assert line.status == PARTIAL
+        assert "inconclusive, the machine's speed moved 50% during the run" in line.reason
+        assert "ready needs" not in line.reason
+    steady = {"readings_flops": [1.0e11, 1.02e11], "workload": "512^3 fp32 GEMM"}
+    results = [_train(compiled_warm_mfu=0.45), _matmul(0.9, drift_reference=steady)]
+    assert _line(_run(results), "throughput").status == READY
+    # The train headline's own verdict: its pooled rate inconclusive -> partial, saying why.
+    train = _train(compiled_warm_mfu=0.45)
+    train.diagnostics["rates"] = {"main": {"compiled": {"why": "spread 40% over 25%"}}}
+    line = _line(_run([train, _matmul(0.9)]), "throughput")
+    assert line.status == PARTIAL and line.reason.endswith("inconclusive, spread 40% over 25%")
+
+
 def test_an_mfu_that_is_the_hosts_is_not_ready():
     results = [_train(compiled_warm_mfu=0.9), _matmul(0.9, host_fallback="aten::mm fell back")]
     line = _line(_run(results), "throughput")

@@ -5,8 +5,13 @@ percentile intervals of the median, with no assumption about the distribution's 
 `median_interval` for one sample, `ratio_interval` for the ratio of two samples' medians (a
 speedup). `MAX_SPREAD` is the one rule for when a set of timings is too spread out to stand for
 a single number: a headline built on it is then shown as inconclusive, with `spread_why` as the
-reason, as it is with fewer than `MIN_SAMPLES` timings. Pure Python (the report imports it
-without torch).
+reason, as it is with fewer than `MIN_SAMPLES` timings.
+
+Drift: a timing interval measured within a run says nothing about the machine's speed moving
+under it (another job starting, clocks throttling). `drift` is how far a fixed reference workload's
+speed moved over the readings a run took of it; `widen` stretches an interval by that much each
+way, and over `MAX_DRIFT` a headline is inconclusive (`drift_why`). Pure Python (the report
+imports it without torch).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ MAX_SPREAD = 0.25
 # Fewer timings than this and a median is one or two of them: a single hiccup moves it, and a
 # bootstrap of so few has too few distinct resamples to mean much.
 MIN_SAMPLES = 5
+# How far the machine's speed may move (fastest reading of the reference over the slowest, minus
+# 1) before a timing headline stands for no single machine: past a quarter, as with MAX_SPREAD,
+# widening its interval by the drift would leave a range, not a figure.
+MAX_DRIFT = 0.25
 
 
 def _bootstrap_medians(samples: Sequence[float], seed: int) -> list[float]:
@@ -74,3 +83,30 @@ def spread_why(what: str, spread: float, samples: int | None = None) -> str | No
     if spread > MAX_SPREAD:
         return f"{what} spread {spread:.0%} (IQR / median, over {MAX_SPREAD:.0%})"
     return None
+
+
+def drift(speeds: Sequence[float]) -> float | None:
+    """How far the speed moved over these readings of one reference workload (any unit of
+    speed): fastest over slowest, minus 1 (0.2 = the fastest reading ran 20% faster than the
+    slowest). None with fewer than two readings: a single reading shows no movement."""
+    xs = [float(x) for x in speeds if x and x > 0]
+    if len(xs) < 2:
+        return None
+    return max(xs) / min(xs) - 1
+
+
+def widen(interval: Sequence[float], moved: float | None) -> list[float]:
+    """`interval` (of a time, a rate or a ratio: any positive quantity) stretched by the drift
+    each way: [lo / (1 + moved), hi * (1 + moved)]; as it was when the drift is unknown."""
+    lo, hi = interval
+    if not moved:
+        return [lo, hi]
+    return [lo / (1 + moved), hi * (1 + moved)]
+
+
+def drift_why(moved: float | None, where: str) -> str | None:
+    """Why a timing headline is inconclusive because the machine's speed moved more than
+    MAX_DRIFT `where` (e.g. "during the run"); None if it did not (or is unknown)."""
+    if moved is None or moved <= MAX_DRIFT:
+        return None
+    return f"the machine's speed moved {moved:.0%} {where} (drift reference; over {MAX_DRIFT:.0%})"

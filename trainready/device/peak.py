@@ -105,6 +105,9 @@ def calibrate_peak(
     budget_s = budget_s if budget_s is not None else (5.0 if on_cpu else 30.0)
     clock = Timer(device)
     deadline = time.perf_counter() + budget_s
+    # The drift reference's speed at calibration, within the budget: a later run reading another
+    # speed shows how far the machine moved since this peak was measured (`probes.drift`).
+    reference = _reference_rate(device, dtype)
     n, ops, t_one = _grow_size(
         device, torch_dtype(dtype), sizes, target_s, repeats, deadline, clock
     )
@@ -126,7 +129,14 @@ def calibrate_peak(
         "clock": clock.clock,
         # ops of the calibration product that ran on the host: then the peak is not the device's
         "host_fallback": fell_back,
+        "reference_flops": reference,
     }
+
+
+def _reference_rate(device: str, dtype: str) -> float:
+    from trainready.probes.drift import reference_rate  # probes import this package: at call time
+
+    return reference_rate(device, dtype)
 
 
 def _host_fallbacks(device: str, dtype: torch.dtype) -> dict[str, int]:
@@ -159,6 +169,7 @@ def _measured_record(
         "device_key": key,
         "n": n,
         "measured_at": calib.get("measured_at"),
+        "reference_flops": calib.get("reference_flops"),
     }
 
 

@@ -30,6 +30,7 @@ from trainready.config import ConfigError
 from trainready.core.case import Case, Result
 from trainready.report import fmt
 from trainready.report.model import NOT_RUN, RunView, finite, reason
+from trainready.report.sections import matmul as matmul_section
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -459,6 +460,22 @@ def _train_mfu(r: Result) -> tuple[str, float] | None:
     return max(found, key=lambda f: f[1], default=None)
 
 
+def _train_why(r: Result, mode: str) -> str:
+    """Why the mode's pooled steady rate is inconclusive ('' when it holds up)."""
+    rates = r.diagnostics.get("rates")
+    pool = rates.get("main", {}) if isinstance(rates, dict) else {}
+    return str((pool.get(mode) or {}).get("why") or "")
+
+
+def _unless_inconclusive(level: str, text: str, suite: str, why: str) -> tuple[str, str, str, bool]:
+    """A headline the report calls inconclusive (the machine's speed moved, the timing spread
+    too wide) can decide neither ready nor not ready: partial, saying why. The last field says
+    whether it was."""
+    if not why:
+        return level, text, suite, False
+    return PARTIAL, f"{text}: inconclusive, {why}", suite, True
+
+
 def throughput(run: RunView, rules: dict[str, Any]) -> _Finding:
     present = [s for s in ("train", "matmul") if s in run.suites]
     if not present:
@@ -468,7 +485,7 @@ def throughput(run: RunView, rules: dict[str, Any]) -> _Finding:
     if host is not None:
         text = f"the MFU is the host's, not the device's: {_short(str(host.diagnostics['host_fallback']))}"
         return _Finding(NOT_READY, text, host.case.suite)
-    judged = []  # (level, text, suite)
+    judged = []  # (level, text, suite, inconclusive)
     if "train" in present:
         mfus = [(r, *best) for r in run.in_suite("train") if (best := _train_mfu(r))]
         if mfus:
@@ -476,7 +493,7 @@ def throughput(run: RunView, rules: dict[str, Any]) -> _Finding:
             level = _higher(v, *_range(rules, "mfu", "train_"))
             mode, _, scenario = m.removesuffix("_mfu").partition("_")
             text = f"train MFU {fmt.percent(v)} ({mode}, {scenario} scenario, {r.case.name})"
-            judged.append((level, text, "train"))
+            judged.append(_unless_inconclusive(level, text, "train", _train_why(r, mode)))
     if "matmul" in present:
         passed = [
             r for r in run.in_suite("matmul") if r.status == "pass" and finite(r.metrics.get("mfu"))
@@ -486,27 +503,29 @@ def throughput(run: RunView, rules: dict[str, Any]) -> _Finding:
             # median over all M is a midpoint between clusters. Training is judged at the
             # largest M the run measured.
             top = max(r.case.params.get("M") or 0 for r in passed)
-            mfus = [r.metrics["mfu"] for r in passed if (r.case.params.get("M") or 0) == top]
+            at_top = [r for r in passed if (r.case.params.get("M") or 0) == top]
+            mfus = [r.metrics["mfu"] for r in at_top]
             v = statistics.median(mfus)
             level = _higher(v, *_range(rules, "mfu", "matmul_"))
             text = (
                 f"median matmul MFU {fmt.percent(v)} at M={top}, the largest M measured, over "
                 f"{fmt.plural(len(mfus), 'passing case')}"
             )
-            judged.append((level, text, "matmul"))
+            why = matmul_section.mfu_at_m(at_top, matmul_section.run_drift(run.in_suite("matmul")))
+            judged.append(_unless_inconclusive(level, text, "matmul", why["why"]))
     if not judged:
         return _Finding(
             NOT_TESTED,
             "no case measured an MFU (no passing case, or no peak FLOP/s known)",
             present[0],
         )
-    level, text, suite = min(judged, key=lambda j: _ORDER[j[0]])
-    if level != READY:
+    level, text, suite, inconclusive = min(judged, key=lambda j: _ORDER[j[0]])
+    if level == READY:
+        text = "; ".join(j[1] for j in judged)
+    elif not inconclusive:
         floor = rules[f"{suite}_ready_min_mfu"]
         text += f", below the {fmt.percent(floor)} ready needs"
-    else:
-        text = "; ".join(t for _, t, _ in judged)
-    measured = {s for _, _, s in judged}
+    measured = {j[2] for j in judged}
     missing = [s for s in ("train", "matmul") if s not in measured]
     if missing and level == READY:
         return _Finding(PARTIAL, f"no {' or '.join(missing)} MFU; {text}", suite)

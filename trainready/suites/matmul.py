@@ -29,10 +29,13 @@ tflops (from the median), mfu (only when a peak FLOP/s for the dtype is known), 
 max_rel_err and rmse (of the numerics spot-check).
 
 Diagnostics: peak_label and peak_source (what the MFU is against), clock (how time was measured),
-check (what the spot-check compared), sample (its rows, columns and regions), numerics (the probe's verdict with its errors) and ops (the
-ops probe's record of the first, untimed call: which ops fell back to the host, by the dispatcher
-and by the backend's record). A GEMM or a peak calibration that went through a host fallback
-says so in `host_fallback` and in the MFU's label: that MFU is the host's, not the device's.
+check (what the spot-check compared), sample (its rows, columns and regions), numerics (the
+probe's verdict with its errors), ops (the ops probe's record of the first, untimed call: which
+ops fell back to the host, by the dispatcher and by the backend's record) and drift_reference
+(`probes.drift.drift_record`: the reference GEMM's speed just before and just after the timed
+loop, and at the peak's calibration). A GEMM or a peak calibration that went through a host
+fallback says so in `host_fallback` and in the MFU's label: that MFU is the host's, not the
+device's.
 
 Numerics: each case computes sampled entries of its output again in float64 on the CPU from the
 same inputs -- the first and last EDGE rows and columns (the edge and corner tiles of a tiled
@@ -60,6 +63,7 @@ from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.data import model_entries
 from trainready.device import torch_dtype
+from trainready.probes.drift import drift_record, reference_rate
 from trainready.probes.flops import (
     linear_flops,
     linear_grad_input_flops,
@@ -380,6 +384,9 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         # It runs under the ops probe (untimed), which says whether the GEMM left the device.
         with OpsProbe(ctx.device) as probe:
             out = product(pass_, first, second)
+        # The drift reference just before and after the timed loop: how far the machine's speed
+        # moved over the run shows across all cases' readings (`report.sections.matmul`).
+        readings = [reference_rate(ctx.device, dtype)]
         stats = benchmark(
             lambda: product(pass_, first, second),
             ctx.device,
@@ -388,6 +395,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
             flush_l2=True,
             max_time_s=TIMING_SHARE * ctx.budget_s,
         )
+        readings.append(reference_rate(ctx.device, dtype))
 
     with ctx.phase("check"):
         verdict, what, sample = spot_check(pass_, first, second, out, dtype)
@@ -405,5 +413,6 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "check": what,
         "sample": sample,
         "numerics": verdict.to_json(),
+        "drift_reference": drift_record(ctx.device, dtype, readings, peak),
     }
     return Outcome("pass" if verdict.ok else "fail_numerics", metrics, diagnostics)

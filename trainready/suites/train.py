@@ -29,7 +29,8 @@ steady steps (after `warmup`), peak memory, and the loss of every step. Then:
 - one steady rate per mode: the median of the steady steps of every scenario at the configured
   shape (shape_change, at another, gets its own), with a bootstrap interval and the spread; tokens/s
   and MFU (TorchTitan's 6N + 12LHQT FLOPs per token against the run's peak for the dtype) from it,
-  and the speedup, "inconclusive" with the reason when the steps cannot support it;
+  and the speedup, "inconclusive" with the reason when the steps cannot support it; every interval
+  widened by the machine's drift over the case (`case_drift`: cold and warm re-time the same work);
 - parity: the compiled loss curve against the eager one, scenario by scenario, step by step
   (`probes.numerics.loss_curve_compare`); a fast wrong run is `fail_numerics`;
 - the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, each
@@ -80,7 +81,15 @@ from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.ops import fell_back
 from trainready.probes.timing import TimingStats
-from trainready.stats import CONFIDENCE, median_interval, ratio_interval, spread_why
+from trainready.stats import (
+    CONFIDENCE,
+    drift,
+    drift_why,
+    median_interval,
+    ratio_interval,
+    spread_why,
+    widen,
+)
 from trainready.suites import train_profile
 from trainready.training import TrainSpec
 
@@ -536,6 +545,30 @@ def pool_of(scenario: str) -> str:
     return OWN_POOL.get(scenario, MAIN_POOL)
 
 
+# The drift reference of a train case is its own work re-timed: cold and warm train the same
+# model at the same shape (warm with the kernels cold compiled), so their steady medians differ
+# by the machine's speed and noise alone, and the modes take turns between them. arch_change
+# (another model) and shape_change (another shape) may differ for their own reasons.
+SAME_WORK = ("cold", "warm")
+DRIFT_WORKLOAD = "the steady steps of cold and warm (the same model, shape and kernels), per mode"
+
+
+def case_drift(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """How far the machine's speed moved over the case: {"workload", "readings_s" (per mode, the
+    steady median of each SAME_WORK scenario in the order run), "moved" (the largest
+    `stats.drift` of a mode's readings; None where no mode has two)}."""
+    readings = {
+        mode: [by[n]["step_s"] for n in SAME_WORK if by.get(n)] for mode, by in summaries.items()
+    }
+    moved = [d for xs in readings.values() if (d := drift([1 / x for x in xs if x > 0]))]
+    known = any(len(xs) > 1 for xs in readings.values())
+    return {
+        "workload": DRIFT_WORKLOAD,
+        "readings_s": readings,
+        "moved": max(moved, default=0.0) if known else None,
+    }
+
+
 def steady(record: dict[str, Any], warmup: int) -> TimingStats:
     """The steps after the first and `warmup` more: the steady state."""
     return TimingStats.from_samples(record["step_times_s"][warmup:], record["clock"])
@@ -575,30 +608,41 @@ def _steady_samples(by_scenario: dict[str, Any], names: list[str]) -> list[float
 
 
 def steady_rate(
-    mode: str, by_scenario: dict[str, Any], names: list[str], peak: dict[str, Any] | None
+    mode: str,
+    by_scenario: dict[str, Any],
+    names: list[str],
+    peak: dict[str, Any] | None,
+    moved: float | None = None,
 ) -> dict[str, Any] | None:
     """One mode's steady rate over the scenarios `names`: the median of all their steady steps,
-    its bootstrap interval and the IQR spread; tokens/s and MFU from them; why it is
-    inconclusive, if it is."""
+    its bootstrap interval (`step_s_noise_interval`) widened by how far the machine's speed
+    `moved` over the case (`step_s_interval`) and the IQR spread; tokens/s and MFU from them;
+    why it is inconclusive, if it is (too few steps, too wide a spread, too large a drift)."""
     found = [n for n in names if by_scenario.get(n)]
     if not found:
         return None
     first = by_scenario[found[0]]
     samples = _steady_samples(by_scenario, found)
     stats = TimingStats.from_samples(samples, first["clock"])
-    lo, hi = median_interval(samples)
+    noise = list(median_interval(samples))
+    lo, hi = widen(noise, moved)
     k = first["tokens_per_step"]
+    # The drift first: a machine that moved also spreads the pooled steps, and it is the cause.
+    why = drift_why(moved, "during the case") or spread_why(
+        f"steady {mode} steps", stats.spread, stats.repeats
+    )
     rate = {
         "scenarios": found,
         "steady_steps": stats.repeats,
         "step_s": stats.median_s,
+        "step_s_noise_interval": noise,
         "step_s_interval": [lo, hi],
         "spread": stats.spread,
         "tokens_per_step": k,
         "tokens_per_s": k / stats.median_s,
         "tokens_per_s_interval": [k / hi, k / lo],
         "clock": stats.clock,
-        "why": spread_why(f"steady {mode} steps", stats.spread, stats.repeats) or "",
+        "why": why or "",
     }
     if peak and peak.get("flops"):
         per_token = first["flops_per_token"] / first["world_size"] / peak["flops"]
@@ -622,15 +666,21 @@ def inconclusive_why(rates: dict[str, dict[str, Any]], interval: list[float]) ->
 
 
 def speedup(
-    by_mode: dict[str, dict[str, Any]], names: list[str], rates: dict[str, dict[str, Any]]
+    by_mode: dict[str, dict[str, Any]],
+    names: list[str],
+    rates: dict[str, dict[str, Any]],
+    moved: float | None = None,
 ) -> dict[str, Any]:
-    """Compiled over eager steady speed on the pooled steps, with its bootstrap interval and
+    """Compiled over eager steady speed on the pooled steps, with its bootstrap interval widened
+    by the machine's drift (a mode timed while the machine ran faster gains by as much) and
     whether it is conclusive (and why not)."""
     samples = {mode: _steady_samples(by_mode[mode], names) for mode in MODES}
-    lo, hi = ratio_interval(samples["eager"], samples["compiled"])
+    noise = list(ratio_interval(samples["eager"], samples["compiled"]))
+    lo, hi = widen(noise, moved)
     why = inconclusive_why(rates, [lo, hi])
     return {
         "value": rates["eager"]["step_s"] / rates["compiled"]["step_s"],
+        "noise_interval": noise,
         "interval": [lo, hi],
         "conclusive": why is None,
         "why": why or "",
@@ -638,33 +688,53 @@ def speedup(
 
 
 def pooled_rates(
-    p: dict[str, Any], summaries: dict[str, dict[str, Any]], peak: dict[str, Any] | None
+    p: dict[str, Any],
+    summaries: dict[str, dict[str, Any]],
+    peak: dict[str, Any] | None,
+    moved: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{pool: {"eager": rate, "compiled": rate, "speedup": ...}}: each mode's rate per pool, and
-    the speedup where both modes have one."""
+    the speedup where both modes have one, every interval widened by the case's drift `moved`."""
     pools: dict[str, list[str]] = {}
     for name in p["scenarios"]:
         pools.setdefault(pool_of(name), []).append(name)
     out: dict[str, dict[str, Any]] = {}
     for pool, names in pools.items():
         by_mode = {mode: summaries.get(mode, {}) for mode in MODES}
-        rates = {m: r for m in MODES if (r := steady_rate(m, by_mode[m], names, peak)) is not None}
+        rates = {
+            m: r for m in MODES if (r := steady_rate(m, by_mode[m], names, peak, moved)) is not None
+        }
         if len(rates) == len(MODES):
-            rates["speedup"] = speedup(by_mode, names, rates)
+            rates["speedup"] = speedup(by_mode, names, rates, moved)
         if rates:
             out[pool] = rates
     return out
 
 
 def scenario_ledger(
-    eager: dict[str, Any], compiled: dict[str, Any], pool: str, rates: dict[str, Any]
+    eager: dict[str, Any],
+    compiled: dict[str, Any],
+    pool: str,
+    rates: dict[str, Any],
+    moved: float | None = None,
 ) -> dict[str, Any]:
     """A scenario's ledger: its own first steps, its pool's steady rates. The break-even range is
-    the break-even at the two ends of the speedup's interval (the first steps as measured)."""
+    the break-even at the two ends of the speedup's interval, each first step (one sample, taken
+    at one moment) allowed to have run as much faster or slower as the machine `moved`."""
     k = rates["eager"]["tokens_per_step"]
     e = ledger.Mode("eager", eager["first_step_s"], rates["eager"]["tokens_per_s"])
     c = ledger.Mode("compiled", compiled["first_step_s"], rates["compiled"]["tokens_per_s"])
     sp = rates["speedup"]
+    f = 1 + (moved or 0.0)
+
+    def scaled(eager_by: float, compiled_by: float) -> tuple[ledger.Mode, ledger.Mode]:
+        return (
+            ledger.Mode(e.name, e.first_step_s * eager_by, e.tokens_per_s),
+            ledger.Mode(c.name, c.first_step_s * compiled_by, c.tokens_per_s),
+        )
+
+    earliest = ledger.break_even_range(*scaled(f, 1 / f), k, sp["interval"])[0]
+    latest = ledger.break_even_range(*scaled(1 / f, f), k, sp["interval"])[1]
     return {
         "rate": pool,
         "tokens_per_step": k,
@@ -672,7 +742,7 @@ def scenario_ledger(
         "tokens_per_s": {"eager": e.tokens_per_s, "compiled": c.tokens_per_s},
         "break_even_step": ledger.break_even_step(e, c, k),
         "ahead_until_step": ledger.ahead_until_step(e, c, k),
-        "break_even_range": list(ledger.break_even_range(e, c, k, sp["interval"])),
+        "break_even_range": [earliest, latest],
         "conclusive": sp["conclusive"],
         "why": sp["why"],
     }
@@ -740,7 +810,8 @@ def judge(
         mode: {s.name: scenario_summary(s, warmup) for s in scenarios}
         for mode, scenarios in runs.items()
     }
-    rates = pooled_rates(p, summaries, peak)
+    machine = case_drift(summaries)
+    rates = pooled_rates(p, summaries, peak, machine["moved"])
     _add_first_step_x(summaries, rates)
     statuses = [s.status for scenarios in runs.values() for s in scenarios]
     problems = _problems(runs)
@@ -759,12 +830,13 @@ def judge(
             statuses.append("fail_numerics")
         pool = rates.get(pool_of(name), {})
         if "speedup" in pool:
-            ledgers[name] = scenario_ledger(eager, compiled, pool_of(name), pool)
+            ledgers[name] = scenario_ledger(eager, compiled, pool_of(name), pool, machine["moved"])
     metrics = _metrics(summaries, rates, ledgers, parity)
     ops = _ops(runs)
     diagnostics: dict[str, Any] = {
         "scenarios": summaries,
         "rates": rates,
+        "drift_reference": machine,
         "ledger": ledgers,
         "parity": parity,
         "parity_rel_tol": tol,

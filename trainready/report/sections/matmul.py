@@ -1,7 +1,9 @@
 """The matmul sweep as an evaluator publishes it: MFU against GFLOP per M, and the shape table.
 
 MFU is a fraction of a peak that is either a datasheet number or a measured one; the suite says
-which in diagnostics["peak_label"], and every MFU shown here carries that label.
+which in diagnostics["peak_label"], and every MFU shown here carries that label. The MFU headlines'
+intervals cover timing noise and the machine's drift over the run (the drift reference each case
+read, `run_drift`), or read "inconclusive" when the machine moved too far.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, 
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 from trainready.report.sections import host
-from trainready.stats import spread_why
+from trainready.stats import drift, drift_why, spread_why, widen
 
 SUITE = "matmul"
 KEY_METRICS = ("tflops", "mfu", "time_ms")
@@ -56,15 +58,63 @@ def peak_label(results: list[Result]) -> str:
     return "; ".join(sorted(str(label) for label in labels if label))
 
 
-def mfu_at_m(results: list[Result]) -> dict:
+def run_drift(results: list[Result]) -> dict:
+    """How far the machine's speed moved while the run timed its matmul cases, from the drift
+    reference every case read just before and after its timed loop, and (a measured peak) the
+    reading taken with the peak's calibration, which every MFU is a share of: {"workload",
+    "readings" (this run's, FLOP/s), "calibration" (FLOP/s or None), "moved" (`stats.drift`
+    over all of them; None when fewer than two)}."""
+    refs = [
+        r.diagnostics["drift_reference"] for r in results if r.diagnostics.get("drift_reference")
+    ]
+    readings = [x for ref in refs for x in ref.get("readings_flops") or [] if finite(x)]
+    calibration = next(
+        (ref["calibration_flops"] for ref in refs if ref.get("calibration_flops")), None
+    )
+    return {
+        "workload": refs[0].get("workload", "") if refs else "",
+        "readings": readings,
+        "calibration": calibration,
+        "moved": drift(readings + ([calibration] if calibration else [])),
+    }
+
+
+def drift_text(d: dict) -> str:
+    """The drift reference as a note reads it: its workload, its range and the move."""
+    if not d["readings"]:
+        return "machine drift unknown (no drift reference recorded)"
+    lo, hi = min(d["readings"]), max(d["readings"])
+    text = f"drift reference {d['workload']}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
+    if d["calibration"]:
+        text += f", {_gflops(d['calibration'])} at the peak's calibration"
+    if d["moved"] is None:
+        return text + "; drift unknown (one reading)"
+    return f"{text}: moved {fmt.percent(d['moved'])}"
+
+
+def _when(machine: dict) -> str:
+    return "during the run" + (
+        " and since the peak's calibration" if machine["calibration"] else ""
+    )
+
+
+def _gflops(flops: float) -> str:
+    return fmt.number(flops / 1e9)
+
+
+def mfu_at_m(results: list[Result], machine: dict | None = None) -> dict:
     """The MFU of the passing cases at one M as a headline reads it: their median, the cases'
-    range, and how far timing noise moves the median (`interval`: the median of each case's MFU
-    at the two ends of its repeats' interquartile range, taken symmetric about its median);
-    `why` says why it is inconclusive: a case above 100% MFU (the measured peak is too low, so
-    no MFU against it means much), or the cases' median timing spread over stats.MAX_SPREAD.
+    range, how far timing noise moves the median (`noise_interval`: the median of each case's
+    MFU at the two ends of its repeats' interquartile range, taken symmetric about its median),
+    and `interval`, that widened each way by how far the machine's speed moved (`machine`:
+    `run_drift` over the run's cases; these results' own when not given). `why` says why it is
+    inconclusive: a case above 100% MFU (the measured peak is too low, so no MFU against it
+    means much), the cases' median timing spread over stats.MAX_SPREAD, or a drift over
+    stats.MAX_DRIFT.
 
     Per M, because M=1 (matrix-vector, memory-bound) and M >= 128 (compute-bound) form separate
     clusters: one median over both is the midpoint between them, and moves with the mix."""
+    machine = machine if machine is not None else run_drift(results)
     mfus = [r.metrics["mfu"] for r in results]
     spreads = [r.metrics["spread"] for r in results if finite(r.metrics.get("spread"))]
     spread = statistics.median(spreads) if spreads else 0.0
@@ -74,14 +124,19 @@ def mfu_at_m(results: list[Result]) -> dict:
         f"{fmt.plural(above, 'case')} above 100% MFU: the measured peak is too low "
         "(trainready devices --recalibrate)"
         if above
-        else spread_why("timed repeats (median over the cases)", spread)
+        # The drift before the spread, as in the train suite: a machine that moved spreads too.
+        else drift_why(machine["moved"], _when(machine))
+        or spread_why("timed repeats (median over the cases)", spread)
     )
+    noise = [
+        statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
+        statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
+    ]
     return {
         "value": statistics.median(mfus),
-        "interval": [
-            statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
-            statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
-        ],
+        "noise_interval": noise,
+        "interval": widen(noise, machine["moved"]),
+        "drift": machine["moved"],
         "range": [min(mfus), max(mfus)],
         "cases": len(mfus),
         "spread": spread,
@@ -89,27 +144,36 @@ def mfu_at_m(results: list[Result]) -> dict:
     }
 
 
-def _mfu_stat(label: str, results: list[Result]) -> Stat:
-    e = mfu_at_m(results)
+def _mfu_stat(label: str, results: list[Result], machine: dict) -> Stat:
+    e = mfu_at_m(results, machine)
     cases = fmt.plural(e["cases"], "passing case")
     peak = f"; {peak_label(results)}" if peak_label(results) else ""
     if e["why"]:
         measured = f"measured {fmt.percent(e['value'])}, median of {cases}"
-        return Stat(label, INCONCLUSIVE, fmt.text, f"{e['why']}; {measured}{peak}")
+        note = f"{e['why']}; {measured}; {drift_text(machine)}{peak}"
+        return Stat(label, INCONCLUSIVE, fmt.text, note)
+    lo, hi = e["interval"]
     note = (
         f"median of {cases} ({fmt.percent(e['range'][0])}–{fmt.percent(e['range'][1])}); "
-        f"timing noise {fmt.percent(e['interval'][0])}–{fmt.percent(e['interval'][1])} "
-        f"(repeats' spread {fmt.percent(e['spread'])}){peak}"
+        f"interval {fmt.percent(lo)}–{fmt.percent(hi)}: timing noise "
+        f"{fmt.percent(e['noise_interval'][0])}–{fmt.percent(e['noise_interval'][1])} "
+        f"(repeats' spread {fmt.percent(e['spread'])}), "
+        + ("widened by the drift; " if e["drift"] else "")
+        + f"{drift_text(machine)}{peak}"
     )
     return Stat(label, e["value"], fmt.percent, note)
 
 
 def mfu_stats(run: RunView, prefix: str = "") -> list[Stat]:
-    """One MFU per M (never one median over all M), each with its sample and spread."""
+    """One MFU per M (never one median over all M), each with its sample, its spread and the
+    machine's drift over the run."""
     measured = _measured(run, "mfu")
+    machine = run_drift(run.in_suite(SUITE))
     return [
         _mfu_stat(
-            f"{prefix}matmul MFU at M={m}", [r for r in measured if r.case.params.get("M") == m]
+            f"{prefix}matmul MFU at M={m}",
+            [r for r in measured if r.case.params.get("M") == m],
+            machine,
         )
         for m in _ms(measured)
     ]

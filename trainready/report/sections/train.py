@@ -2,7 +2,8 @@
 
 Per case: a table of the first step (with its parts) and each scenario's own steady steps, eager
 and compiled (cold, warm, arch_change, shape_change); the steady rate per mode, pooled over the
-scenarios at a shape, with its interval, spread, MFU and the speedup, or why it is inconclusive
+scenarios at a shape, with its interval (timing noise widened by the machine's drift over the case,
+which the drift reference shows), spread, MFU and the speedup, or why it is inconclusive
 (the headlines say the same); compiled mode's compile time by phase
 (Dynamo, backend forward and backward, kernel compile wait); the break-even step of compiled against
 eager per scenario; a chart of total time against the number of steps, where the lines cross
@@ -22,7 +23,7 @@ from trainready.report.blocks import Block, Chart, Column, Stat, Table, Text, nu
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.report.model import Report, RunView, finite
 from trainready.report.sections import host
-from trainready.stats import CONFIDENCE, MAX_SPREAD, MIN_SAMPLES
+from trainready.stats import CONFIDENCE, MAX_DRIFT, MAX_SPREAD, MIN_SAMPLES
 
 SUITE = "train"
 # Shown in the drill-down and compared across runs: the steady speedup, both first-step clocks of
@@ -96,23 +97,47 @@ def _steps(rate: dict) -> str:
     return f"{rate['steady_steps']} steps, spread {fmt.percent(rate['spread'])}"
 
 
+def drift_text(r: Result) -> str:
+    """The case's drift reference as a note reads it: what moved, and by how much, or unknown."""
+    machine = r.diagnostics.get("drift_reference")
+    if not isinstance(machine, dict) or machine.get("moved") is None:
+        return "machine drift unknown (cold and warm not both run in a mode)"
+    medians = "; ".join(
+        f"{mode} {' → '.join(fmt.number(x * 1e3) for x in xs)} ms"
+        for mode, xs in sorted(
+            machine.get("readings_s", {}).items(), key=lambda kv: kv[0] != "eager"
+        )
+        if len(xs) > 1
+    )
+    return f"machine drift {fmt.percent(machine['moved'])} (steady step medians cold → warm: {medians})"
+
+
+def _widened(noise: list | None, show, moved: bool) -> str:  # noqa: ANN001 - a fmt function
+    """' (timing noise A–B, widened by the drift)' where the drift widened an interval."""
+    if not noise or not moved:
+        return ""
+    return f" (timing noise {_interval(noise, show)}, widened by the drift)"
+
+
 def speedup_stat(r: Result) -> Stat | None:
     """Compiled over eager steady speed (pooled steps), with its interval, or why inconclusive."""
     rates = _rates(r)
     sp = rates.get("speedup")
     if not sp:
         return None
-    interval = f"{CONFIDENCE:.0%} interval {_interval(sp['interval'], fmt.ratio)}"
+    moved = bool((r.diagnostics.get("drift_reference") or {}).get("moved"))
+    interval = f"{CONFIDENCE:.0%} interval {_interval(sp['interval'], fmt.ratio)}" + _widened(
+        sp.get("noise_interval"), fmt.ratio, moved
+    )
     measured = f"{fmt.ratio(sp['value'])}, {interval}"
     sample = (
         f"eager {_steps(rates['eager'])}, compiled {_steps(rates['compiled'])}, pooled over "
-        f"{', '.join(rates['eager']['scenarios'])}"
+        f"{', '.join(rates['eager']['scenarios'])}; {drift_text(r)}"
     )
     label = "compiled steady speedup"
     if not sp["conclusive"]:
-        return Stat(
-            label, INCONCLUSIVE, fmt.text, f"{r.case.name}: {sp['why']}; measured {measured}"
-        )
+        note = f"{r.case.name}: {sp['why']}; measured {measured}; {drift_text(r)}"
+        return Stat(label, INCONCLUSIVE, fmt.text, note)
     return Stat(label, sp["value"], fmt.ratio, f"{r.case.name}: {interval}; {sample}")
 
 
@@ -131,10 +156,17 @@ def rate_stat(r: Result) -> Stat | None:
     dispatch = _moe_dispatch(r)
     mfu += f"; MoE {dispatch}" if dispatch else ""
     if rate.get("why"):
-        note = f"{rate['why']}; measured {fmt.number(rate['tokens_per_s'])}, {mfu}"
+        note = f"{rate['why']}; measured {fmt.number(rate['tokens_per_s'])}; {drift_text(r)}; {mfu}"
         return Stat(label, INCONCLUSIVE, fmt.text, note)
     interval = _interval(rate["tokens_per_s_interval"], fmt.number)
-    note = f"{CONFIDENCE:.0%} interval {interval}; {_steps(rate)}; {mfu}"
+    noise = rate.get("step_s_noise_interval")
+    moved = bool((r.diagnostics.get("drift_reference") or {}).get("moved"))
+    widened = _widened(
+        [rate["tokens_per_step"] / noise[1], rate["tokens_per_step"] / noise[0]] if noise else None,
+        fmt.number,
+        moved,
+    )
+    note = f"{CONFIDENCE:.0%} interval {interval}{widened}; {_steps(rate)}; {drift_text(r)}; {mfu}"
     return Stat(label, rate["tokens_per_s"], fmt.number, note)
 
 
@@ -147,7 +179,10 @@ def break_even_stat(r: Result, scenario: str = "cold") -> Stat | None:
         return Stat(label, INCONCLUSIVE, fmt.text, entry.get("why", ""))
     note = "from it on compiled is no slower in total"
     if entry.get("break_even_range"):
-        note += f"; range over the speedup's {CONFIDENCE:.0%} interval, first steps 1 sample each"
+        note += (
+            f"; range over the speedup's {CONFIDENCE:.0%} interval and the first steps (1 sample "
+            f"each) moved by the machine's drift; {drift_text(r)}"
+        )
     return Stat(label, entry["break_even_step"], lambda _, e=entry: break_even_text(e), note)
 
 
@@ -357,7 +392,9 @@ def rates_table(r: Result, label: str) -> Table | None:
         f"{label} — steady rate per mode: the median of every steady step of the scenarios at "
         f"one shape, its {CONFIDENCE:.0%} bootstrap interval and spread (IQR / median); speedup "
         f"= eager / compiled step time; inconclusive below {MIN_SAMPLES} steps or over "
-        f"{MAX_SPREAD:.0%} spread, or when the speedup's interval includes 1; "
+        f"{MAX_SPREAD:.0%} spread or {MAX_DRIFT:.0%} drift, or when the speedup's interval "
+        "includes 1; intervals widened by the machine's drift over the case: "
+        f"{drift_text(r)}; "
         f"MFU {r.diagnostics.get('peak_label', '')}"
         + (f"; MoE dispatch {dispatch} (MFU counts the active experts)" if dispatch else "")
     )
