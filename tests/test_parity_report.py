@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
+
+from rich.console import Console
 
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
@@ -10,6 +13,7 @@ from trainready.probes.numerics import loss_curve_compare
 from trainready.report import render
 from trainready.report.model import build_report
 from trainready.report.sections import parity as section
+from trainready.report.terminal import print_summary
 
 
 def _result(model: str, mode: str, status: str, traits: dict, **diag) -> Result:
@@ -105,6 +109,102 @@ def test_headlines_pass_rates_numerics_breaks_and_fallbacks():
     assert stats["graph breaks"].note == "over 1 compiled case"  # deepseek_v3 kept no record
     # The one ops record names no source that could see fallbacks: a count would be a guess.
     assert stats["host-fallback ops"].value == "unknown"
+
+
+# -- By modality and by the families' traits -------------------------------------------------------
+
+
+def _family(
+    model: str, mode: str, status: str, modality: str | None, source: str = "hf", **traits
+) -> Result:
+    case = Case(
+        "parity",
+        f"{source}/{model}/{mode}/fp32",
+        {"source": source, "model": model, "mode": mode, "dtype": "fp32"},
+    )
+    diagnostics: dict = {"traits": traits} if traits else {"reason": "did not build"}
+    if modality is not None:
+        diagnostics["modality"] = modality
+    return Result(case, status, diagnostics=diagnostics)
+
+
+def _family_store() -> tuple[Store, str]:
+    store = Store.in_memory()
+    store.add_run(RunRecord("r1", 0.0, ["parity"], "cpu", "quick", env={}))
+    for r in [
+        _family("llama", "eager", "pass", "text-decoder", mixer="attention", mla="no"),
+        _family("llama", "compile", "pass", "text-decoder", mixer="attention", mla="no"),
+        _family("jamba", "eager", "fail_numerics", "text-decoder", mixer="hybrid", mla="no"),
+        _family("jamba", "compile", "fail_compile", "text-decoder", mixer="hybrid", mla="no"),
+        _family("deepseek_v3", "eager", "pass", "text-decoder", mixer="attention", mla="yes"),
+        _family("vit", "eager", "pass", "vision", mixer="attention", conv="no"),
+        _family("resnet", "eager", "fail_run", "vision", mixer="conv", conv="yes"),
+        _family("sam", "eager", "unsupported", "vision"),
+        _family("whisper", "compile", "pass", "audio", mixer="attention", cross_attention="yes"),
+        # The synthetic matrix records no modality: its models are decoders.
+        _family("norm=layernorm", "eager", "pass", None, "synthetic", mixer="attention"),
+        # A case stored before modalities were kept: unknown, counted and named.
+        _family("gpt2", "eager", "fail_numerics", None, mixer="attention"),
+    ]:
+        store.add_result("r1", r)
+    return store, "r1"
+
+
+def test_pass_rates_by_modality_and_mode():
+    store, rid = _family_store()
+    table = section._by_modality(build_report(store, [rid]).primary.in_suite("parity"), "")
+    assert [c.name for c in table.columns] == ["modality", "compiled", "eager", "unsupported"]
+    # In the families' order, unknown last; a mode with no case of a modality is left blank.
+    assert table.rows == [
+        ["text-decoder", "1/2", "3/4", 0],  # llama, jamba, deepseek_v3 and the synthetic case
+        ["vision", None, "1/3", 1],  # the unsupported case counts among the cases
+        ["audio", "1/1", None, 0],
+        ["unknown", None, "0/1", 0],
+    ]
+    assert "1 case recorded no modality" in table.caption and "hf/gpt2" in table.caption
+
+
+def test_no_unknown_row_when_every_case_has_a_modality():
+    results = [_family("vit", "eager", "pass", "vision"), _family("t5", "eager", "pass", "seq2seq")]
+    table = section._by_modality(results, "")
+    assert [row[0] for row in table.rows] == ["seq2seq", "vision"]
+    assert "no modality" not in table.caption
+
+
+def test_the_trait_table_groups_by_the_new_traits():
+    store, rid = _family_store()
+    table = section._by_trait(build_report(store, [rid]).primary.in_suite("parity"), "")
+    rows = {(r[0], r[1]): r[2:] for r in table.rows}
+    assert rows[("mixer", "hybrid")] == ["0/1", "0/1"]  # compile fp32, eager fp32
+    assert rows[("mixer", "attention")] == ["2/2", "4/5"]
+    assert rows[("mixer", "conv")] == [None, "0/1"]
+    assert rows[("mla", "yes")] == [None, "1/1"]
+    assert rows[("cross_attention", "yes")] == ["1/1", None]
+    # The case that did not build recorded no traits: counted beside the table.
+    assert "1 case left out: no traits recorded" in table.caption
+
+
+def test_every_format_carries_the_modality_counts():
+    store, rid = _family_store()
+    doc = json.loads(render(store, [rid], "json"))
+    (tile,) = [h for h in doc["runs"][0]["headlines"] if h["label"] == "parity by modality"]
+    assert tile["value"]["vision"] == {
+        "passed": 1,
+        "cases": 3,
+        "unsupported": 1,
+        "modes": {"eager": {"passed": 1, "cases": 3}},
+    }
+    assert tile["value"]["text-decoder"]["modes"]["compile"] == {"passed": 1, "cases": 2}
+    assert list(tile["value"]) == ["text-decoder", "vision", "audio", "unknown"]
+    text = "text-decoder 4/6, vision 1/3, audio 1/1, unknown 0/1"
+    md = render(store, [rid], "md")
+    assert "Parity pass rate by modality" in md and text in md
+    assert "| vision |  | 1/3 | 1 |" in md
+    html = render(store, [rid], "html")
+    assert "Parity pass rate by modality" in html and text in html
+    console = Console(record=True, width=200, color_system=None)
+    print_summary(console, store, rid)
+    assert f"parity by modality: {text}" in console.export_text()
 
 
 # -- Loss curves of failing cases ----------------------------------------------------------------

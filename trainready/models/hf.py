@@ -491,7 +491,7 @@ def model_types() -> list[str]:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """transformers warns about every shrunk config; those warnings are not findings."""
     from transformers.utils import logging as hf_logging
 
@@ -507,39 +507,56 @@ def _quiet() -> Iterator[None]:
         hf_logging.set_verbosity(level)
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
+    """The exception as one line of at most 400 characters, its type first."""
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}"[:400]
 
 
-def model_class(model_type: str) -> Any:
+def import_class(name: str) -> Any:
+    """The transformers class of that name (BuildError when it does not import)."""
     import transformers
+
+    try:
+        return getattr(transformers, name)
+    except Exception as e:  # noqa: BLE001 - a missing optional dependency, say
+        raise BuildError(f"{name} does not import: {one_line(e)}") from e
+
+
+def model_class(model_type: str) -> Any:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     if name is None:
         raise BuildError(f"{model_type!r} is not a causal-LM type of this transformers")
-    try:
-        return getattr(transformers, name)
-    except Exception as e:  # noqa: BLE001 - a missing optional dependency, say
-        raise BuildError(f"{name} does not import: {_one_line(e)}") from e
+    return import_class(name)
+
+
+def shrunk_config(
+    cls: Any,
+    adjust: Callable[[dict[str, Any]], None] | None = None,
+    default_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """`cls`'s default config (built with `default_kwargs`) shrunk by `shrink`, then `adjust`ed;
+    BuildError with the reason when the default or the shrunk config does not validate."""
+    with quiet():
+        try:
+            d = shrink(cls(**(default_kwargs or {})).to_dict())
+        except Exception as e:  # noqa: BLE001 - a default config that does not validate
+            raise BuildError(f"default config does not build: {one_line(e)}") from e
+        if adjust is not None:
+            adjust(d)
+        d.pop("model_type", None)
+        try:
+            return cls(**d)
+        except Exception as e:  # noqa: BLE001 - the shrunk config fails a validator
+            raise BuildError(f"shrunk config rejected: {one_line(e)}") from e
 
 
 def tiny_config(model_type: str) -> Any:
     """The shrunk config of the class the causal-LM model takes (a text config for some types)."""
     cls = model_class(model_type).config_class
-    with _quiet():
-        try:
-            d = shrink(cls(**DEFAULT_KWARGS.get(model_type, {})).to_dict())
-        except Exception as e:  # noqa: BLE001 - a default config that does not validate
-            raise BuildError(f"default config does not build: {_one_line(e)}") from e
-        if model_type in ADJUST:
-            ADJUST[model_type](d)
-        d.pop("model_type", None)
-        try:
-            return cls(**d)
-        except Exception as e:  # noqa: BLE001 - the shrunk config fails a validator
-            raise BuildError(f"shrunk config rejected: {_one_line(e)}") from e
+    return shrunk_config(cls, ADJUST.get(model_type), DEFAULT_KWARGS.get(model_type, {}))
 
 
 class CausalLM(nn.Module):
@@ -581,7 +598,7 @@ class CausalLM(nn.Module):
             return None
         try:
             probe = copy.deepcopy(self).to(device)
-            with torch.no_grad(), _quiet():
+            with torch.no_grad(), quiet():
                 probe(torch.zeros(1, 4, dtype=torch.long, device=device))
             return None
         except Exception as e:  # noqa: BLE001 - the model's load-balancing code on this device
@@ -589,12 +606,12 @@ class CausalLM(nn.Module):
             for c in _configs(self.model.config):
                 if hasattr(c, "output_router_logits"):
                     c.output_router_logits = False
-            return _one_line(e)
+            return one_line(e)
 
 
 def _aux_coef(model: nn.Module, config: Any) -> float | None:
     """The coefficient a transformers MoE model weighs its router loss by, or None."""
-    for obj in (model, _text_config(config), config):
+    for obj in (model, text_config(config), config):
         value = getattr(obj, "router_aux_loss_coef", None)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -603,7 +620,7 @@ def _aux_coef(model: nn.Module, config: Any) -> float | None:
 
 def _configs(config: Any) -> list[Any]:
     """The config and its text config (once, if they are one)."""
-    return list({id(config): config, id(_text_config(config)): _text_config(config)}.values())
+    return list({id(config): config, id(text_config(config)): text_config(config)}.values())
 
 
 def _ask_router_loss(config: Any) -> bool:
@@ -626,13 +643,13 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
     config._experts_implementation = "eager"
     routed = _ask_router_loss(config)
     torch.manual_seed(seed)
-    with _quiet():
+    with quiet():
         try:
             model = cls(config)
             if model_type in AFTER_BUILD:
                 AFTER_BUILD[model_type](model)
         except Exception as e:  # noqa: BLE001 - any failure to construct is the finding
-            raise BuildError(f"model does not build: {_one_line(e)}") from e
+            raise BuildError(f"model does not build: {one_line(e)}") from e
     if model_type in NO_TOKEN_FORWARD:
         raise BuildError(f"{type(model).__name__}: {NO_TOKEN_FORWARD[model_type]}")
     coef = _aux_coef(model, config) if routed else None
@@ -644,7 +661,7 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> CausalLM:
 def _router_loss_runs(model: nn.Module, config: Any) -> bool:
     """Whether a forward with the router loss asked for runs; if not, it is asked for no more."""
     try:
-        with torch.no_grad(), _quiet():
+        with torch.no_grad(), quiet():
             model(input_ids=torch.zeros(1, 4, dtype=torch.long), use_cache=False)
         return True
     except Exception:  # noqa: BLE001 - the model's own load-balancing code failed
@@ -665,7 +682,8 @@ def _get(config: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-def _text_config(config: Any) -> Any:
+def text_config(config: Any) -> Any:
+    """The config's text config (itself for a text-only config)."""
     getter = getattr(config, "get_text_config", None)
     return getter() if callable(getter) else config
 
@@ -718,7 +736,7 @@ def _mlp(c: Any) -> str:
 
 def traits(config: Any) -> dict[str, str]:
     """What the config says about the architecture, to group results by."""
-    c = _text_config(config)
+    c = text_config(config)
     experts = _get(c, *("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
     return {
         "norm": _norm(c),

@@ -1,8 +1,10 @@
 """Parity suite: does a model train the same on this device as in float64 on the CPU?
 
-Cases: every causal-LM type of the installed transformers (built tiny, `models/hf.py`), the
-synthetic architecture matrix (`models/synthetic.py`), and any model factories the user names
-(`--set models=pkg.mod:fn[,pkg.mod:fn2]`), each in a mode (`eager`, or `compile` with
+Cases: every causal-LM type of the installed transformers (built tiny, `models/hf.py`), every
+other transformers type with a task head (masked LM, seq2seq, vision, audio, video, multimodal...:
+`models/hf_tasks.py`, a `TaskModel` each), the timm and diffusers zoos (`models/timm_zoo.py`,
+`diffusers_zoo.py`, when installed), the synthetic architecture matrix (`models/synthetic.py`), and
+any model factories the user names (`--set models=pkg.mod:fn[,pkg.mod:fn2]`), each in a mode (`eager`, or `compile` with
 `--compile-backend`, default inductor) and a dtype (fp32; bf16 = autocast over fp32 weights).
 
 One case, on the device under test: forward, loss, backward and one AdamW step, then a short
@@ -31,10 +33,15 @@ raises, in the reference or on the device), `fail_compile` (it runs eagerly but 
 `fail_numerics` (naming the worst tensors, e.g. `layers.1.mlp.w2.weight.grad rmse ratio 7.3`, or
 the first diverging step), else `pass`.
 
-Presets: quick = the HF zoo eager fp32 + the synthetic base and one-axis variants, eager and
-compile, fp32; standard = quick + the HF zoo compiled + the synthetic combinations; full = all of
-it in fp32 and bf16. `--dtype` runs one dtype only; `--set modes=eager` (or compile), `--set
-zoo=hf|synthetic|none`, `--set hf_types=llama,gpt2`, `--set steps=N` narrow it further; `--set
+Presets: quick = the causal-LM zoo eager fp32, a sample of the task zoo (`QUICK_TASK_TYPES`, two
+or three per modality) eager fp32 (the timm and diffusers zoos only when `--set zoo=` names them,
+then their first models), + the synthetic base and one-axis variants, eager and compile, fp32; standard = every HF type (causal and task) and every
+timm and diffusers model, eager and compiled, + the synthetic combinations; full = all of it in
+fp32 and bf16. `--dtype` runs one dtype only; `--set modes=eager` (or compile), `--set
+zoo=hf,timm,diffusers,synthetic` (or `none`; a modality name -- text-decoder, text-encoder,
+seq2seq, vision, audio, video, multimodal, diffusion, other -- narrows the model zoos to it, e.g.
+`zoo=vision` or `zoo=hf,audio`), `--set hf_types=llama,vit` (causal and task types alike),
+`--set steps=N` narrow it further; `--set
 threads=N` sets the CPU threads per case (default 1: tiny models run fastest single-threaded).
 `--baseline DIR[:RUN_ID]` compares every case with the same case of a stored run (another device)
 through the small summaries each case stores (`parity_baseline.py`).
@@ -60,6 +67,7 @@ from trainready.config import RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, torch_dtype
+from trainready.models.families import MODALITIES
 from trainready.probes.compile import CompileProbe, backend_unsupported
 from trainready.probes.numerics import (
     SMALL_NUMEL,
@@ -78,6 +86,7 @@ from trainready.suites import parity_baseline
 from trainready.suites.parity_engine import (
     Data,
     Spec,
+    TaskData,
     Trace,
     determinism,
     first_step,
@@ -85,15 +94,26 @@ from trainready.suites.parity_engine import (
     optimizer_step_reference,
     train,
 )
-from trainready.suites.parity_models import Subject, declared_traits, load
+from trainready.suites.parity_models import (
+    Subject,
+    declared_traits,
+    hf_modality,
+    load,
+    zoo_module,
+)
 
 NAME = "parity"
 DEFAULT_DTYPE = "fp32"
 DEFAULT_BUDGET_S = 600.0
 USES_PEAK = False  # numerics and compile behaviour, no MFU
+# Cases judge numerics and compile behaviour, so they run side by side (--jobs); the times they
+# record (compile_s, step_s) are then under shared load: the train suite is where time is judged.
+KIND = "correctness"
 # The --set options this suite reads, checked before a run starts (see core/options.py).
+# Model sources and modalities `--set zoo=` selects by (a modality narrows the model zoos).
+SOURCES = ("hf", "timm", "diffusers", "synthetic", "none")
 OPTIONS = {
-    "zoo": ["hf", "synthetic", "none"],
+    "zoo": [*SOURCES, *MODALITIES],
     "modes": ["eager", "compile"],
     "hf_types": list,
     "models": list,  # module:function factories: imported and called
@@ -111,6 +131,29 @@ SEED = 0
 INDEPENDENT_SEEDS = (1, 2)
 # The smoke preset's Hugging Face types: one dense decoder and one MoE.
 SMOKE_HF_TYPES = ("llama", "qwen3_moe")
+# The quick preset's sample of the task zoo: fast types, two or three per modality (the whole
+# zoo is the standard preset's).
+QUICK_TASK_TYPES = (
+    "albert",
+    "distilbert",
+    "t5",
+    "m2m_100",
+    "vit",
+    "convnext",
+    "wav2vec2",
+    "speech_to_text",
+    "vivit",
+    "videomae",
+    "clip",
+    "llava",
+    "patchtst",
+)
+QUICK_ZOO_MODELS = 2  # first models of the timm and diffusers zoos when quick names them
+DEFAULT_ZOO = ("hf", "timm", "diffusers", "synthetic")
+# smoke and quick leave the library zoos out unless `--set zoo=` names them: importing diffusers
+# alone costs seconds before the first case, and their conv models still need the CPU's fp32
+# baseline to reorder convolutions (the standard preset runs them, each with its status).
+QUICK_ZOO = ("hf", "synthetic")
 WORST_SHOWN = 3
 OPS_SHOWN = 40
 
@@ -148,25 +191,79 @@ def _case(name: str, params: dict[str, Any], mode: str, dtype: str, cfg: RunConf
     return Case(NAME, f"{name}/{mode}/{dtype}", params)
 
 
+def _zoo(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """(sources, modalities) `--set zoo=` selects: modality names narrow the model zoos (hf,
+    timm, diffusers, or those named) to those modalities; without a source they select from
+    all three."""
+    zoo = _list(cfg.options.get("zoo")) or list(
+        QUICK_ZOO if cfg.preset in ("smoke", "quick") else DEFAULT_ZOO
+    )
+    modalities = [z for z in zoo if z in MODALITIES]
+    sources = [z for z in zoo if z not in MODALITIES]
+    if modalities and not sources:
+        sources = ["hf", "timm", "diffusers"]
+    return sources, modalities
+
+
+def _hf_cases(cfg: RunConfig, modalities: list[str]) -> list[Case]:
+    """The transformers zoo: causal LMs (`hf`) and every other type with a task head
+    (`hf_task`), ids hf/<type>/<mode>/<dtype> for both."""
+    try:
+        from trainready.models import hf_tasks
+        from trainready.models.hf import model_types
+
+        causal, tasks = model_types(), hf_tasks.model_types()
+    except ImportError as e:  # the zoo needs transformers: say so in a case, never drop it
+        why = f"the Hugging Face zoo needs transformers: {e}"
+        return [Case(NAME, "hf/unavailable", {"source": "unavailable", "reason": why})]
+    types = _list(cfg.options.get("hf_types"))
+    if not types and cfg.preset == "smoke":
+        types = list(SMOKE_HF_TYPES)
+    elif not types:
+        sample = cfg.preset in ("smoke", "quick")
+        types = causal + (list(QUICK_TASK_TYPES) if sample else tasks)
+    if modalities:
+        types = [t for t in types if hf_modality(t) in modalities]
+    grid = _grid(cfg)["hf"]
+    out = []
+    for t in types:
+        p = {"source": "hf_task" if t in tasks else "hf", "model": t}
+        out += [_case(f"hf/{t}", p, m, d, cfg) for m, d in grid]
+    return out
+
+
+def _library_cases(source: str, cfg: RunConfig, modalities: list[str]) -> list[Case]:
+    """The timm or diffusers zoo (`models/timm_zoo.py`, `diffusers_zoo.py`); one unavailable case
+    saying why when the library or the zoo is not installed."""
+    try:
+        names = zoo_module(source).model_names()
+    except ImportError as e:
+        why = f"the {source} zoo needs {source}: {e}"
+        p = {"source": "unavailable", "reason": why, "modality": LIBRARY_MODALITY[source]}
+        return [Case(NAME, f"{source}/unavailable", p)]
+    if modalities and LIBRARY_MODALITY[source] not in modalities:
+        return []
+    if cfg.preset in ("smoke", "quick"):
+        names = names[:QUICK_ZOO_MODELS]
+    p = {"source": source}
+    grid = _grid(cfg)["hf"]
+    return [_case(f"{source}/{n}", {**p, "model": n}, m, d, cfg) for n in names for m, d in grid]
+
+
+# The modality of every model of a library zoo.
+LIBRARY_MODALITY = {"timm": "vision", "diffusers": "diffusion"}
+
+
 def cases(cfg: RunConfig) -> list[Case]:
-    zoo = _list(cfg.options.get("zoo")) or ["hf", "synthetic"]
+    sources, modalities = _zoo(cfg)
     grid = _grid(cfg)
     out: list[Case] = []
-    if "hf" in zoo:
-        try:
-            from trainready.models.hf import model_types
-
-            types = _list(cfg.options.get("hf_types")) or (
-                list(SMOKE_HF_TYPES) if cfg.preset == "smoke" else model_types()
-            )
-        except ImportError as e:  # the zoo needs transformers: say so in a case, never drop it
-            why = f"the Hugging Face zoo needs transformers: {e}"
-            out.append(Case(NAME, "hf/unavailable", {"source": "unavailable", "reason": why}))
-            types = []
-        for t in types:
-            p = {"source": "hf", "model": t}
-            out += [_case(f"hf/{t}", p, m, d, cfg) for m, d in grid["hf"]]
-    if "synthetic" in zoo:
+    if "hf" in sources:
+        out += _hf_cases(cfg, modalities)
+    for source in ("timm", "diffusers"):
+        if source in sources:
+            out += _library_cases(source, cfg, modalities)
+    if "synthetic" in sources:
         from trainready.models.synthetic import variants
 
         for name, config in variants(cfg.preset, SEED):
@@ -254,6 +351,11 @@ def _reference(subject: Subject, data: Data, steps: int):
         train(subject.model, data, Spec("cpu", "fp32", 1))  # raises if the model is just broken
         text = " ".join(str(e).split())[:300]
         raise Unsupported(f"no float64 CPU reference: {type(e).__name__}: {text}") from None
+    if subject.is_task and ref.logits.dtype != torch.float64:  # a causal LM's loss is ours
+        raise Unsupported(
+            f"no float64 CPU reference: the model computes its output in {ref.logits.dtype} "
+            "with float64 weights (a cast inside the model)"
+        )
     if all(math.isfinite(x) for x in ref.curve):
         return ref
     fp32 = train(subject.model, data, Spec("cpu", "fp32", 1))
@@ -279,7 +381,12 @@ def _threads(n: int) -> Iterator[None]:
 
 def execute(case: Case, ctx: CaseContext) -> Outcome:
     with _threads(int(ctx.options.get("threads", 1))):
-        return _execute(case, ctx)
+        out = Outcome("pass")
+        try:
+            return _execute(case, ctx, out)
+        except Unsupported as e:  # found after the build (no float64 reference...): what the
+            out.status, out.diagnostics["reason"] = "unsupported", str(e)  # case found stays
+            return out
 
 
 class _Timed:
@@ -478,6 +585,10 @@ def _check(subject: Subject, ref: Trace, dev: Trace, base: Baseline, dtype: str,
     return problems
 
 
+# The IndependentRounding counts of ops it rounded differently from the plain run.
+_ROUNDED = ("recomputed", "gemm", "sum", "conv", "norm", "inplace")
+
+
 def _independent(
     subject: Subject, data: Data, dtype: str, steps: int
 ) -> tuple[Baseline | None, str | None]:
@@ -499,40 +610,53 @@ def _independent(
             text = " ".join(str(e).split())[:300]
             return None, f"the independently rounded runs failed: {type(e).__name__}: {text}"
         counts.update(mode.counts)
-    if not sum(counts[k] for k in ("recomputed", "gemm", "sum", "inplace")):
+    if not sum(counts[k] for k in _ROUNDED):
         return None, "the independently rounded runs rounded no op differently"
     return Baseline("independent", tuple(runs), dtype, _routed(subject.traits), dict(counts)), None
 
 
 def _pin(
-    subject: Subject, data: Data, spec: Spec, dev: Trace, base: Baseline, out: Outcome
+    subject: Subject, data: Data, spec: Spec, dev: Trace, kind: str, dtype: str, out: Outcome
 ) -> tuple[Trace, Trace, Baseline, Flips] | None:
     """For a model that routes by top-k, eager: the device's routing decisions, recorded from a
-    second device run, replayed in the float64 reference and in the baselines
-    (`probes/routing.py`): (reference, device run, baseline, the decisions judged), or None when
-    there is nothing to pin (no top-k calls) or the runs' top-k calls do not line up."""
+    second device run, replayed in the float64 reference and in the baselines of `kind` at
+    `dtype` (`probes/routing.py`): (reference, device run, baseline, the decisions judged), or
+    None when there is nothing to pin (no top-k calls), the runs' top-k calls do not line up, or
+    a pinned run fails (the unpinned path then runs, and says why where it fails too). It runs
+    before any unpinned reference or baseline: when pinning works, those are never needed."""
+    if kind == "independent" and dtype not in KAPPA2:
+        return None
     recorder = Routing()
     with recorder:
         recorded = train(subject.model, data, spec)
     if not recorder.log:
         return None
-    reference = Routing(replay=recorder.log)
-    with reference:
-        ref = train(subject.model, data, Spec("cpu", "fp64", spec.steps))
-    runs, modes = [], []
-    seeds = INDEPENDENT_SEEDS if base.kind == "independent" else (None,)
-    for seed in seeds:
-        replay = Routing(replay=recorder.log)
-        rounding = IndependentRounding(base.dtype, seed) if seed else contextlib.nullcontext()
-        with rounding, replay:
-            runs.append(train(subject.model, data, Spec("cpu", base.dtype, spec.steps)))
-        modes.append(replay)
-    kappa2 = KAPPA2[base.dtype] if base.kind == "independent" else None
-    report = flips(reference, modes, base.dtype, kappa2)
+    seeds = INDEPENDENT_SEEDS if kind == "independent" else (None,)
+    reference, modes, runs, counts = Routing(replay=recorder.log), [], [], Counter()
+    try:
+        with reference:
+            ref = train(subject.model, data, Spec("cpu", "fp64", spec.steps))
+        for seed in seeds:
+            replay = Routing(replay=recorder.log)
+            rounding = IndependentRounding(dtype, seed) if seed else None
+            with rounding or contextlib.nullcontext(), replay:
+                runs.append(train(subject.model, data, Spec("cpu", dtype, spec.steps)))
+            modes.append(replay)
+            counts.update(rounding.counts if rounding else {})
+    except Exception as e:  # noqa: BLE001 - the unpinned path reports what fails there
+        if is_oom(e):
+            raise
+        return None
+    if not all(math.isfinite(x) for x in ref.curve):
+        return None
+    if kind == "independent" and not sum(counts[k] for k in _ROUNDED):
+        return None
+    kappa2 = KAPPA2[dtype] if kind == "independent" else None
+    report = flips(reference, modes, dtype, kappa2)
     out.diagnostics["routing"] = {**report.to_json(), "pinned": report.diverged is None}
     if report.diverged is not None:
         return None
-    pinned = Baseline(base.kind, tuple(runs), base.dtype, routed=False, counts=base.counts)
+    pinned = Baseline(kind, tuple(runs), dtype, routed=False, counts=dict(counts))
     judged = replace(recorded, first_step_s=dev.first_step_s, step_s=dev.step_s)
     return ref, judged, pinned, report
 
@@ -551,11 +675,21 @@ def _against_baseline(ref: str, case: Case, out: Outcome) -> list[str]:
     return []
 
 
-def _execute(case: Case, ctx: CaseContext) -> Outcome:
+def _declared_modality(p: dict[str, Any]) -> str:
+    """The modality of a case's model from its params alone (for a model that did not build)."""
+    source = p.get("source")
+    if source in ("hf", "hf_task"):
+        return hf_modality(str(p["model"]))
+    if source in ("synthetic", "factory"):
+        return "text-decoder"  # both feed token ids to a causal LM
+    return str(p.get("modality") or LIBRARY_MODALITY.get(str(source), "unknown"))
+
+
+def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
     p = case.params
     dtype = p.get("dtype") or ctx.dtype or DEFAULT_DTYPE
     mode, steps = p.get("mode", "eager"), int(p.get("steps", STEPS))
-    out = Outcome("pass", {}, {"mode": mode, "dtype": dtype, "model": p.get("model")})
+    out.diagnostics |= {"mode": mode, "dtype": dtype, "model": p.get("model")}
     phase = _Timed(ctx, out.metrics)
 
     with phase("build"):
@@ -564,8 +698,13 @@ def _execute(case: Case, ctx: CaseContext) -> Outcome:
         except Unsupported as e:
             out.status = "unsupported"
             out.diagnostics |= {"reason": str(e), "traits": declared_traits(p)}
+            out.diagnostics["modality"] = _declared_modality(p)
             return out
     out.diagnostics["traits"] = subject.traits
+    out.diagnostics["modality"] = subject.modality
+    text_only = getattr(subject.model, "text_only_reason", None)
+    if text_only:  # a multimodal LM whose image inputs did not run: its text alone is judged
+        out.diagnostics["text_only"] = f"vision tower not exercised; images failed: {text_only}"
     out.metrics["params"] = float(sum(t.numel() for t in subject.model.parameters()))
     fails = getattr(subject.model, "router_loss_fails_on", None)
     why_not = fails(ctx.device) if callable(fails) else None
@@ -573,43 +712,55 @@ def _execute(case: Case, ctx: CaseContext) -> Outcome:
         out.diagnostics["router_loss"] = (
             f"not trained: the model's router loss fails here: {why_not}"
         )
-    data = Data.fixed(subject.vocab_size, subject.seq_len, SEED)
+    data = (
+        TaskData(subject.model.make_batch(SEED))
+        if subject.is_task
+        else Data.fixed(subject.vocab_size, subject.seq_len, SEED)
+    )
 
-    with phase("reference"):
-        ref = _reference(subject, data, steps)
-    base, why = None, None
-    if device_type(ctx.device) == "cpu" and mode == "eager":
-        with phase("independent"):
-            base, why = _independent(subject, data, dtype, steps)
+    spec = Spec(ctx.device, dtype, steps, p.get("compile_backend") if mode == "compile" else None)
+    kind = "independent" if device_type(ctx.device) == "cpu" and mode == "eager" else "cpu"
+    pinned = None
+    routed_eager = _routed(subject.traits) and mode == "eager"
+    if routed_eager:
+        # Routed eager: the device run first, then reference and baselines replaying its
+        # routing (`_pin`); the unpinned ones below only when pinning does not work.
+        dev = _eager(subject, data, spec, phase, out)
+        with phase("routing"):
+            pinned = _pin(subject, data, spec, dev, kind, dtype, out)
+    if pinned is not None:
+        ref, dev, base, flipped = pinned
+        why = None
     else:
-        with phase("cpu_same_dtype"):
-            low = train(subject.model, data, Spec("cpu", dtype, steps))
-        base = Baseline("cpu", (low,), dtype, _routed(subject.traits))
+        flipped = None
+        with phase("reference"):
+            ref = _reference(subject, data, steps)
+        base, why = None, None
+        if kind == "independent":
+            with phase("independent"):
+                base, why = _independent(subject, data, dtype, steps)
+        else:
+            with phase("cpu_same_dtype"):
+                low = train(subject.model, data, Spec("cpu", dtype, steps))
+            base = Baseline("cpu", (low,), dtype, _routed(subject.traits))
     out.diagnostics["same_dtype_baseline"] = base.describe() if base else f"none: {why}"
     if base is not None and base.counts:
         out.diagnostics["independent_rounding"] = base.counts
 
-    spec = Spec(ctx.device, dtype, steps, p.get("compile_backend") if mode == "compile" else None)
-    if mode == "eager":
-        dev = _eager(subject, data, spec, phase, out)
-    else:
+    if mode == "compile":
         try:
             dev = _compiled(subject, data, spec, ctx, out)
         except _CompileFailed as e:
             out.status, out.diagnostics["error"] = "fail_compile", str(e)
             return out
+    elif not routed_eager:  # (a routed one ran first, above)
+        dev = _eager(subject, data, spec, phase, out)
 
     out.diagnostics["summary"] = parity_baseline.summary(dev.curve, dev.logits, ctx.device, dtype)
     if base is None:  # ran, but nothing honest to judge its numbers by: never a numerics pass
         out.status, out.diagnostics["reason"] = "unsupported", f"numerics not judged: {why}"
         out.diagnostics["numerics_judged"] = False
         return out
-    flipped = None
-    if base.routed and mode == "eager":
-        with phase("routing"):
-            pinned = _pin(subject, data, spec, dev, base, out)
-        if pinned is not None:
-            ref, dev, base, flipped = pinned
     with phase("check"):
         problems = _check(subject, ref, dev, base, dtype, out)
     if flipped is not None and flipped.beyond_noise:

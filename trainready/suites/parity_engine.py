@@ -1,7 +1,9 @@
 """One parity run of a model: a training step with everything recorded, then a short training run.
 
 `train(model, data, spec)` copies the model onto a device in a dtype, optionally compiles it,
-and runs `spec.steps` AdamW steps on one fixed batch. From the first step it keeps the loss, the
+and runs `spec.steps` AdamW steps on one fixed batch: `Data` (token ids and next-token targets) for
+a causal LM, `TaskData` (a batch dict, `models/task.py`) for a task model, which computes its own
+loss. From the first step it keeps the loss, the
 logits, every gradient and every parameter after the optimizer step; from every step the loss
 (the loss curve). The same function makes the float64 CPU reference, the device run and the
 CPU run at the case dtype, so the three differ only in where and how they run.
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainready.device import synchronize, torch_dtype
+from trainready.models.task import cast_batch
 from trainready.suites.parity_models import after_step, aux_loss
 
 LR = 1e-3
@@ -71,6 +74,11 @@ class Data:
         return cls(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
 
 
+@dataclass
+class TaskData:
+    batch: dict[str, torch.Tensor]  # a task model's inputs and labels, on the CPU
+
+
 def _autocast(spec: Spec) -> contextlib.AbstractContextManager:
     if spec.dtype in ("bf16", "fp16"):
         dev_type = torch.device(spec.device).type
@@ -78,10 +86,14 @@ def _autocast(spec: Spec) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def forward_loss(fn: Callable, model: nn.Module, data: Data, spec: Spec):
+def forward_loss(fn: Callable, model: nn.Module, data: Data | TaskData, spec: Spec):
     """(loss, logits, aux): cross-entropy over the vocabulary plus the model's auxiliary loss
     (MoE load balancing), which is also returned on its own when it is a trained term (a tensor
-    with a gradient), else None."""
+    with a gradient), else None. A task model computes its own loss: (loss, output, None)."""
+    if isinstance(data, TaskData):
+        with _autocast(spec):
+            out = fn(**data.batch)
+        return out.loss, out.output, None
     with _autocast(spec):
         logits = fn(data.ids)
         vocab = logits.shape[-1]
@@ -98,14 +110,21 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu", copy=True)
 
 
+def param_dtype(spec: Spec) -> torch.dtype:
+    """fp64 parameters for the reference, else fp32 (autocast lowers the compute)."""
+    return torch.float64 if spec.dtype == "fp64" else torch.float32
+
+
 def place(model: nn.Module, spec: Spec) -> nn.Module:
-    """A copy of `model` on the spec's device; fp64 parameters for the reference, else fp32."""
-    param_dtype = torch.float64 if spec.dtype == "fp64" else torch.float32
-    return copy.deepcopy(model).to(device=spec.device, dtype=param_dtype)
+    """A copy of `model` on the spec's device in the spec's parameter dtype."""
+    return copy.deepcopy(model).to(device=spec.device, dtype=param_dtype(spec))
 
 
-def on_device(data: Data, device: str) -> Data:
-    return Data(data.ids.to(device), data.targets.to(device))
+def on_device(data: Data | TaskData, spec: Spec) -> Data | TaskData:
+    """The data on the spec's device; a task batch's floating inputs in the parameter dtype."""
+    if isinstance(data, TaskData):
+        return TaskData(cast_batch(data.batch, spec.device, param_dtype(spec)))
+    return Data(data.ids.to(spec.device), data.targets.to(spec.device))
 
 
 def compiled(model: nn.Module, backend: str) -> Callable:
@@ -120,14 +139,14 @@ def make_optimizer(params: list[nn.Parameter], spec: Spec) -> torch.optim.Optimi
 
 def train(
     model: nn.Module,
-    data: Data,
+    data: Data | TaskData,
     spec: Spec,
     on_first_step: Callable[[], None] | None = None,
 ) -> Trace:
     """Run `spec.steps` steps; `on_first_step` is called once the first step is done (phases)."""
     m = place(model, spec)
     fn = compiled(m, spec.compile_backend) if spec.compile_backend else m
-    d = on_device(data, spec.device)
+    d = on_device(data, spec)
     opt = make_optimizer(list(m.parameters()), spec)
     curve: list[float] = []
     times: list[float] = []
@@ -202,14 +221,14 @@ def _adamw_step(
 
 def first_step(
     model: nn.Module,
-    data: Data,
+    data: Data | TaskData,
     spec: Spec,
     around: contextlib.AbstractContextManager | None = None,
 ) -> Trace:
     """Forward and backward of the first step only (no optimizer step): loss, logits, grads.
     `around` wraps exactly the forward and backward (a probe), not the copies around them."""
     m = place(model, spec)
-    d = on_device(data, spec.device)
+    d = on_device(data, spec)
     with around or contextlib.nullcontext():
         loss, logits, aux = forward_loss(m, m, d, spec)
         loss.backward()

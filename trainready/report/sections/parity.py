@@ -1,8 +1,9 @@
-"""The parity scorecard: pass rates by mode, dtype and architecture trait, why cases fail, the
-graph-break reasons, the ops that went to the host and who hit them, the slowest compiles, every
-case with its worst tensor, and the loss curves of the failing cases against the float64
-reference. Nothing is hidden: a case without traits (its model was not built) is counted beside
-the trait table instead of under a value."""
+"""The parity scorecard: pass rates by mode, dtype, modality and architecture trait, why cases
+fail, the graph-break reasons, the ops that went to the host and who hit them, the slowest
+compiles, every case with its worst tensor, and the loss curves of the failing cases against the
+float64 reference. Nothing is hidden: a case without traits (its model was not built) is counted
+beside the trait table instead of under a value, and one without a modality (a run stored before
+modalities were recorded) is counted and named under "unknown"."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from trainready.core.case import FAILING, Result
+from trainready.models.families import MODALITIES
 from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
 from trainready.report.charts import PALETTE, Axis, Panel, Point, Series, small_multiples
@@ -21,7 +23,12 @@ from trainready.report.sections import host
 SUITE = "parity"
 KEY_METRICS = ("worst_ratio", "curve_max_rel_dev", "graph_breaks", "compile_s")
 METRIC_GOALS = {"compile_s": "lower"}  # numerics are judged by status, not by the gate
-TRAITS = ("attention", "moe", "norm", "mlp", "position")
+TRAITS = (
+    *("attention", "moe", "norm", "mlp", "position"),  # hf.traits
+    *("mixer", "mla", "sliding_window", "cross_attention", "conv"),  # families.extra_traits
+)
+UNKNOWN = "unknown"  # the modality of a case that recorded none
+MODE_NAMES = {"eager": "eager", "compile": "compiled"}
 TOP = 15
 MODELS_SHOWN = 6
 CURVES_SHOWN = 12  # failing cases whose loss curves are drawn; the rest are counted
@@ -45,6 +52,57 @@ def _model(r: Result) -> str:
     return f"{p.get('source', '?')}/{p.get('model', '?')}"
 
 
+def _mode(r: Result) -> str:
+    return str(r.case.params.get("mode", "?"))
+
+
+def _modality(r: Result) -> str:
+    """The case's recorded modality; the synthetic matrix is decoders, anything else that recorded
+    none (stored before modalities were kept, a factory's model) is unknown."""
+    recorded = r.diagnostics.get("modality")
+    if recorded:
+        return str(recorded)
+    return "text-decoder" if r.case.params.get("source") == "synthetic" else UNKNOWN
+
+
+def _modality_order(name: str) -> tuple[int, str]:
+    return (MODALITIES.index(name) if name in MODALITIES else len(MODALITIES), name)
+
+
+def _by_modality_groups(results: list[Result]) -> dict[str, list[Result]]:
+    groups: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        groups[_modality(r)].append(r)
+    return dict(sorted(groups.items(), key=lambda kv: _modality_order(kv[0])))
+
+
+def modality_counts(results: list[Result]) -> dict[str, dict]:
+    """Per modality: passed and cases in all, per mode, and how many were unsupported (JSON)."""
+    counts = {}
+    for name, rs in _by_modality_groups(results).items():
+        modes: dict[str, list[Result]] = defaultdict(list)
+        for r in rs:
+            modes[_mode(r)].append(r)
+        counts[name] = {
+            **_counted(rs),
+            "unsupported": sum(r.status == "unsupported" for r in rs),
+            "modes": {m: _counted(v) for m, v in sorted(modes.items())},
+        }
+    return counts
+
+
+def _counted(results: list[Result]) -> dict[str, int]:
+    return {"passed": sum(r.status == "pass" for r in results), "cases": len(results)}
+
+
+def _fraction(counted: dict[str, int]) -> str:
+    return f"{counted['passed']}/{counted['cases']}"
+
+
+def _modality_text(counts: dict[str, dict]) -> str:
+    return ", ".join(f"{m} {_fraction(c)}" for m, c in counts.items())
+
+
 def _names(models: set[str]) -> str:
     shown = sorted(models)[:MODELS_SHOWN]
     more = len(models) - len(shown)
@@ -65,6 +123,12 @@ def headlines(run: RunView) -> list[Stat]:
         stats += [Stat(f"parity {k}", _rate(v)) for k, v in sorted(by_combo.items())]
     numerics = sum(r.status == "fail_numerics" for r in results)
     stats += [
+        Stat(
+            "parity by modality",
+            modality_counts(results),
+            _modality_text,
+            "passed/cases per modality",
+        ),
         Stat("parity numerics failures", numerics, fmt.number, "cases wrong against float64"),
         graph_breaks_stat(results),
         host.collect(results, _model).stat(),
@@ -94,6 +158,7 @@ def section(report: Report, suite: str) -> list[Block]:
         prefix = f"{run.label}: " if report.multi else ""
         blocks += [
             _rates(results, prefix),
+            _by_modality(results, prefix),
             _by_trait(results, prefix),
             _failures(results, prefix),
             _graph_breaks(results, prefix),
@@ -111,6 +176,32 @@ def _rates(results: list[Result], prefix: str) -> Stats:
         by[f"{r.case.params.get('source', '?')} {_combo(r)}"].append(r)
     stats = [Stat(f"{prefix}parity {k}", _rate(v)) for k, v in sorted(by.items())]
     return Stats([Stat(f"{prefix}parity pass", _rate(results)), *stats])
+
+
+def _by_modality(results: list[Result], prefix: str) -> Table:
+    """Pass rates per modality and mode; unsupported cases count in the cases (as in every pass
+    rate) and again in their own column. Cases with no recorded modality are a row, named."""
+    modes = sorted({_mode(r) for r in results})
+    rows = [
+        [
+            name,
+            *(_fraction(c["modes"][m]) if m in c["modes"] else None for m in modes),
+            c["unsupported"],
+        ]
+        for name, c in modality_counts(results).items()
+    ]
+    columns = [
+        Column("modality"),
+        *(Column(MODE_NAMES.get(m, m)) for m in modes),
+        num("unsupported"),
+    ]
+    caption = f"{prefix}Parity pass rate by modality (passed/cases)"
+    if unknown := [r for r in results if _modality(r) == UNKNOWN]:
+        caption += (
+            f"; {fmt.plural(len(unknown), 'case')} recorded no modality (stored before"
+            f" modalities were kept, or a factory's model): {_names({_model(r) for r in unknown})}"
+        )
+    return Table(columns, rows, caption, empty=f"{prefix}No parity case ran.")
 
 
 def _by_trait(results: list[Result], prefix: str) -> Table:
@@ -224,6 +315,7 @@ def _cases(results: list[Result], prefix: str) -> Table:
             [
                 p.get("source"),
                 p.get("model"),
+                _modality(r),
                 p.get("mode"),
                 p.get("dtype"),
                 *(traits.get(t) for t in TRAITS),
@@ -239,6 +331,7 @@ def _cases(results: list[Result], prefix: str) -> Table:
     columns = [
         Column("source"),
         Column("model"),
+        Column("modality"),
         Column("mode"),
         Column("dtype"),
         *(Column(t) for t in TRAITS),

@@ -1,0 +1,81 @@
+"""The timm zoo (trainready/models/timm_zoo.py): every test_* model builds and trains on image
+classification in float32 and float64 (float64 end to end), reproducibly; timm's need for
+torchvision is met honestly or reported as the reason it is unavailable."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests import zoo_checks
+from trainready.models import timm_zoo
+
+if importlib.util.find_spec("timm") is None:
+    pytest.skip("the timm extra is not installed", allow_module_level=True)
+
+try:
+    NAMES, UNAVAILABLE = timm_zoo.model_names(), ""
+except ImportError as e:  # timm is installed, but a torchvision is not: see the last test
+    NAMES, UNAVAILABLE = [], str(e)
+needs_timm = pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE)
+
+# The fast loop checks one model of each kind (evonorm: its `.float()` upcast must stay float64
+# in the reference); CI checks them all.
+FAST = ("test_vit", "test_resnet", "test_efficientnet_evos")
+
+
+@needs_timm
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in NAMES]
+)
+def test_model_trains_in_float32_and_float64(name):
+    zoo_checks.check_model(timm_zoo.build, name)
+
+
+@needs_timm
+def test_classifier_batch_and_output():
+    model = timm_zoo.build("test_vit")
+    batch = model.make_batch(0)
+    assert batch["pixel_values"].shape == (timm_zoo.BATCH, *model.input_size)
+    assert int(batch["labels"].min()) >= 0 and int(batch["labels"].max()) < timm_zoo.NUM_CLASSES
+    out = model(**batch)
+    assert out.output.shape == (timm_zoo.BATCH, timm_zoo.NUM_CLASSES)
+    torch.testing.assert_close(
+        out.loss, torch.nn.functional.cross_entropy(out.output, batch["labels"])
+    )
+    assert model.modality == "vision" and model.traits["family"] == "vision_transformer"
+
+
+@needs_timm
+def test_unknown_name_is_a_one_line_error():
+    with pytest.raises(ValueError, match="not a timm test model; one of: test_byobnet"):
+        timm_zoo.build("resnet50")
+
+
+@needs_timm
+def test_torchvision_ops_stay_unavailable_where_its_extension_did_not_load():
+    """Declaring the two op schemas lets torchvision import; it fakes no kernel."""
+    import torchvision
+
+    if torchvision.extension._has_ops():
+        assert timm_zoo._schema_lib is None  # a working torchvision: nothing declared
+        return
+    boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    with pytest.raises(RuntimeError):
+        torchvision.ops.nms(boxes, torch.ones(1), 0.5)
+
+
+def test_without_torchvision_the_reason_is_one_line():
+    code = (
+        "import sys; sys.modules['torchvision'] = None\n"
+        "from trainready.models import timm_zoo\n"
+        "try:\n    timm_zoo.model_names()\nexcept ImportError as e:\n    print('unavailable:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("unavailable: timm does not import"), out
+    assert "torchvision" in lines[0]

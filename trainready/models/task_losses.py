@@ -1,0 +1,111 @@
+"""The losses a task model trains, computed from its outputs (never by the model's own code).
+
+Every loss is computed in promote_types(dtype, float32): transformers' losses call `.float()`,
+which would compute the float64 reference's loss in float32. `plan` picks the outputs trained:
+every `*logits` output by cross-entropy against fixed random labels (never a class the model masks
+to -inf), a CTC head's logits by the CTC loss, `REGRESSED` outputs (detection boxes) and a head
+without logits (depth, spectrograms, backbone features) by the mean square of the prediction.
+Detection heads so train against fixed per-query targets: no Hungarian matching, a discrete
+assignment that a rounding can flip.
+
+    plan(output, task)                      -> [Term]
+    labels(terms, generator, blank, finite) -> {"label:<field>": labels}
+    term_loss(term, value, labels, blank)   -> the term's scalar loss
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainready.models import hf
+
+
+@dataclass(frozen=True)
+class Term:
+    """One trained output: `field` of the model output, trained by `kind` ("ce", "ctc",
+    "square"); `shape` the output's shape (labels are drawn for it)."""
+
+    field: str
+    kind: str
+    shape: tuple[int, ...]
+
+
+REGRESSED = ("pred_boxes",)  # trained by their mean square next to the logits
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    """The floating tensors of an output field (a tensor, or a tuple or list of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensors(v)]
+    return []
+
+
+def fields(out: Any) -> dict[str, Any]:
+    if isinstance(out, dict):
+        return dict(out.items())
+    if isinstance(out, torch.Tensor):
+        return {"output": out}
+    if isinstance(out, (tuple, list)):
+        return {str(i): v for i, v in enumerate(out)}
+    return {k: v for k, v in vars(out).items() if not k.startswith("_")}
+
+
+def plan(out: Any, task: str) -> list[Term]:
+    """The outputs trained: CTC on the logits of a CTC head; else every `*logits` output by
+    cross-entropy (and `REGRESSED` ones by their square); else the first output, by its square."""
+    found = {k: v for k, v in fields(out).items() if k != "loss" and tensors(v)}
+    if task == "CTC" and "logits" in found:
+        return [Term("logits", "ctc", tuple(found["logits"].shape))]
+    terms = [
+        Term(k, "ce", tuple(v.shape))
+        for k, v in found.items()
+        if "logits" in k and isinstance(v, torch.Tensor) and v.dim() >= 2
+    ]
+    if terms:
+        terms += [Term(k, "square", ()) for k in REGRESSED if k in found]
+        return terms
+    if not found:
+        raise hf.BuildError(f"{type(out).__name__} has no floating output to train")
+    return [Term(next(iter(found)), "square", ())]
+
+
+def labels(
+    terms: list[Term], gen: torch.Generator, blank: int, finite: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Fixed random labels of every term; a class whose logit the model masks to -inf (a QA
+    head's question tokens) is never a label (`finite`: the masks of such outputs)."""
+    labels = {}
+    for t in terms:
+        if t.kind == "ce" and t.field in finite:
+            rows = finite[t.field].reshape(-1, t.shape[-1]).double()
+            pick = torch.multinomial(rows, 1, generator=gen).reshape(t.shape[:-1])
+            labels[f"label:{t.field}"] = pick
+        elif t.kind == "ce":
+            labels[f"label:{t.field}"] = torch.randint(0, t.shape[-1], t.shape[:-1], generator=gen)
+        elif t.kind == "ctc":
+            frames, classes = t.shape[1], t.shape[-1]
+            n = max(1, frames // 3)
+            choices = torch.tensor([c for c in range(classes) if c != blank])
+            pick = torch.randint(0, len(choices), (t.shape[0], n), generator=gen)
+            labels[f"label:{t.field}"] = choices[pick]
+    return labels
+
+
+def term_loss(term: Term, value: Any, labels: torch.Tensor | None, blank: int) -> torch.Tensor:
+    parts = tensors(value)
+    wide = [p.to(torch.promote_types(p.dtype, torch.float32)) for p in parts]
+    if term.kind == "ce":
+        x = wide[0]
+        return F.cross_entropy(x.reshape(-1, x.shape[-1]), labels.reshape(-1))
+    if term.kind == "ctc":
+        logp = wide[0].log_softmax(-1).transpose(0, 1)  # [T, B, C]
+        frames = torch.full((logp.shape[1],), logp.shape[0], dtype=torch.long)
+        lengths = torch.full((labels.shape[0],), labels.shape[1], dtype=torch.long)
+        return F.ctc_loss(logp, labels, frames, lengths, blank=blank, zero_infinity=True)
+    return sum(x.square().mean() for x in wide)
