@@ -10,6 +10,12 @@ Three columns, each the parity suite judging a synthetic case as it judges any r
   replace emu's kernels (plus, for the GEMM faults, the matmul suite's spot-check).
 - `compiled`: compiled on the CPU (inductor by default, `--compile-backend`); model-level faults
   act only in what torch.compile traces (`where="compile"`): a miscompile.
+- `flex`: the flex suite on the CPU (compiled flex_attention, forward: the CPU has no flex
+  backward), each fault a variant whose mods are wrong while its reference is right
+  (`trainready.testing.flex_faults`, loaded as a `--variants` file), beside the built-ins.
+- `dist`: the dist suite on gloo ranks of this machine, faults planted on the rank side of the
+  reductions the numerics rule judges (`trainready.testing.dist_faults`: all_reduce AVG on 3
+  ranks, DDP's comm hook, FSDP2's reduce-scatter).
 
 Each fault is planted in turn, clean runs and correct-but-different code (another attention
 kernel, a split-K GEMM, another reduction order, AdamW written out) beside them. A wrong model
@@ -20,7 +26,7 @@ emu (plant, run, remove, next), the CPU columns in another, so this process neve
 PrivateUse1.
 
     python benchmarks/planted_faults.py [--out benchmarks/results/planted-faults.md]
-        [--columns cpu,emu,compiled] [--faults a,b] [--dtypes fp32,bf16]
+        [--columns cpu,emu,compiled,flex,dist] [--faults a,b] [--dtypes fp32,bf16]
         [--compile-backend inductor] [--report-only]
 
 Prints the catch table and exits 1 on a required miss, a false alarm, an error or a planted bug
@@ -30,7 +36,8 @@ command, date and versions, and a note on every miss and thin catch.
 Columns of the table: `worst tensor` is the tensor the error names first (for a pass, the one
 closest to failing) with its rmse over what the rule allows and the rule (which noise it was
 judged against); `curve` is the loss curve's largest deviation over its tolerance; `bug calls`
-how often the planted bug acted (for a compiled case: the traces that hold it).
+how often the planted bug acted (for a compiled case: the traces that hold it; flex: the builds
+of the planted mods for the kernel; dist: the planted reductions, over every rank).
 """
 
 from __future__ import annotations
@@ -53,15 +60,21 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/planted_faults.py` from anywhere
     sys.path.insert(0, str(REPO))
 
-from trainready.testing.faults import FAULTS, MODEL_FAULTS  # noqa: E402 - needs the path above
+from trainready.testing.dist_faults import DIST_FAULTS  # noqa: E402 - needs the path above
+from trainready.testing.faults import FAULTS, MODEL_FAULTS  # noqa: E402
+from trainready.testing.flex_faults import FLEX_FAULTS  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
-COLUMNS = ("cpu", "emu", "compiled")
+COLUMNS = ("cpu", "emu", "compiled", "flex", "dist")
 COLUMN_TEXT = {
     "cpu": "CPU eager (model faults below float64)",
     "emu": "emu, the device path (device-only model faults, kernel faults)",
     "compiled": "CPU compiled (model faults in what torch.compile traces)",
+    "flex": "the flex suite, CPU compiled forward (faulty mods, right references)",
+    "dist": "the dist suite on CPU gloo ranks (faulty reductions on the rank side)",
 }
+# The column a fault of each table belongs in (the parity/matmul faults: cpu, emu, compiled).
+SUITE_COLUMN = {"flex": "flex", "dist": "dist"}
 WHERE = {"cpu": "lowp", "emu": "device", "compiled": "compile"}
 CLEAN = "clean"
 DEFAULT_BACKEND = "inductor"
@@ -75,9 +88,17 @@ THIN_MARGIN = 2.0  # a catch under this many times the allowance gets a note
 WORKER_TIMEOUT_S = 3600.0  # a cold build of emu's C++ library takes about a minute
 
 
+FLEX_SHAPE = "B2/H4-2/S256/D32/fwd"  # the quick preset's shape, forward
+
+
 def fault_spec(name: str) -> Any:
-    """The kernel fault or model-level fault of that name."""
-    return FAULTS.get(name) or MODEL_FAULTS[name]
+    """The kernel, model-level, flex or dist fault of that name."""
+    return FAULTS.get(name) or MODEL_FAULTS.get(name) or FLEX_FAULTS.get(name) or DIST_FAULTS[name]
+
+
+def fault_column(name: str) -> str | None:
+    """The one column a flex or dist fault runs in; None for the parity/matmul faults."""
+    return "flex" if name in FLEX_FAULTS else "dist" if name in DIST_FAULTS else None
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,7 @@ class Probe:
 
     fault: str
     dtype: str
-    suite: str  # "parity" | "matmul"
+    suite: str  # "parity" | "matmul" | "flex" | "dist"
     case: str  # the case name within the suite
     column: str = "emu"
 
@@ -94,6 +115,10 @@ class Probe:
     def kind(self) -> str:
         if self.fault == CLEAN:
             return "clean"
+        if self.fault in FLEX_FAULTS:
+            return "mod"
+        if self.fault in DIST_FAULTS:
+            return "reduction"
         return "kernel" if self.fault in FAULTS else "model"
 
     @property
@@ -102,7 +127,11 @@ class Probe:
 
     @property
     def required(self) -> bool:
-        return self.fault != CLEAN and fault_spec(self.fault).required(self.dtype)
+        if self.fault == CLEAN:
+            return False
+        spec = fault_spec(self.fault)
+        weak = any(_parity_variant(self.case) == v for v in getattr(spec, "weak_on", ()))
+        return spec.required(self.dtype) and (self.dtype == "fp32" or not weak)
 
 
 @dataclass
@@ -144,8 +173,16 @@ class Row:
 
 
 def _parity_case(column: str, variant: str, dtype: str) -> str:
+    """A parity case of a synthetic variant, or of a factory model (`custom/<factory>`)."""
     mode = "compile" if column == "compiled" else "eager"
-    return f"synthetic/{variant}/{mode}/{dtype}"
+    model = variant if variant.startswith("custom/") else f"synthetic/{variant}"
+    return f"{model}/{mode}/{dtype}"
+
+
+def _parity_variant(case: str) -> str:
+    """The variant `_parity_case` made `case` from."""
+    model = case.rsplit("/", 2)[0]
+    return model if model.startswith("custom/") else model.removeprefix("synthetic/")
 
 
 def variants_of(spec: Any) -> list[str]:
@@ -153,15 +190,37 @@ def variants_of(spec: Any) -> list[str]:
     return [spec.parity_case, *getattr(spec, "also_on", ())]
 
 
+def _suite_probes(column: str, faults: list[str], dtype: str) -> list[Probe]:
+    """The flex or dist column: clean runs of every case its faults use, then each fault."""
+    names = [f for f in faults if fault_column(f) == column]
+    if column == "flex":
+        flex = [f"{FLEX_FAULTS[f].clean}/{FLEX_SHAPE}" for f in names]
+        clean = [(CLEAN, c) for c in dict.fromkeys(flex)]
+        return [
+            Probe(f, dtype, "flex", c, column)
+            for f, c in clean + [(f, f"{f}/{FLEX_SHAPE}") for f in names]
+        ]
+    cases = {f: DIST_FAULTS[f].cases.get(dtype, ()) for f in names}
+    clean = dict.fromkeys(c for f in names for c in cases[f])
+    return [Probe(CLEAN, dtype, "dist", c, column) for c in clean] + [
+        Probe(f, dtype, "dist", c, column) for f in names for c in cases[f]
+    ]
+
+
 def plan(
     faults: list[str], dtypes: list[str], columns: list[str] | tuple[str, ...] = COLUMNS
 ) -> list[Probe]:
     """Per dtype and column: clean runs on every case the faults use, then each fault that
-    belongs in the column (kernel faults on emu only) on its cases."""
+    belongs in the column (kernel faults on emu only; flex and dist faults in their own) on its
+    cases."""
     probes: list[Probe] = []
     for dtype in dtypes:
         for column in columns:
-            names = [f for f in faults if column == "emu" or f not in FAULTS]
+            if column in SUITE_COLUMN:
+                probes += _suite_probes(column, faults, dtype)
+                continue
+            names = [f for f in faults if fault_column(f) is None]
+            names = [f for f in names if column == "emu" or f not in FAULTS]
             variants = list(dict.fromkeys(v for f in names for v in variants_of(fault_spec(f))))
             gemm = column == "emu" and any(getattr(FAULTS.get(f), "matmul", False) for f in names)
             for name in [CLEAN, *names]:
@@ -187,21 +246,46 @@ def _emu() -> None:
     import trainready.testing.emu  # noqa: F401 - registers the device
 
 
+def _options(probe: Probe) -> dict[str, Any]:
+    """The --set options a flex or dist probe's case runs with (its fault among them)."""
+    if probe.suite == "flex":
+        from trainready.testing.flex_faults import PATH
+
+        return {"variants": PATH}
+    from trainready.testing.dist_faults import OPTION, nproc_for
+
+    fault = {OPTION: probe.fault} if probe.fault != CLEAN else {}
+    return {"nproc": nproc_for(probe.case), **fault}
+
+
 def _case(probe: Probe, backend: str):
     from trainready.config import RunConfig
     from trainready.suites import matmul, parity
 
     device = "emu" if probe.column == "emu" else "cpu"
+    if probe.suite in SUITE_COLUMN:
+        from trainready.suites import dist, flex
+        from trainready.testing import dist_faults
+
+        suite, listed = (flex, flex) if probe.suite == "flex" else (dist_faults, dist)
+        options = _options(probe)
+        cfg = RunConfig(
+            suites=[listed.NAME], device=device, preset="quick", options=options, dtype=probe.dtype
+        )
+        case = next(c for c in listed.cases(cfg) if c.name == probe.case)
+        return suite, case, PARITY_BUDGET_S, device, options
     if probe.suite == "parity":
         suite, preset, budget = parity, "quick", PARITY_BUDGET_S
         mode = "compile" if probe.column == "compiled" else "eager"
         options = {"zoo": "synthetic", "modes": mode, "compile_backend": backend}
+        if probe.case.startswith("custom/"):  # a factory model: custom/<module:function>/...
+            options["models"] = [_parity_variant(probe.case).removeprefix("custom/")]
     else:
         suite, preset, budget, options = matmul, "standard", MATMUL_BUDGET_S, {}
     cfg = RunConfig(
         suites=[suite.NAME], device=device, preset=preset, options=options, dtype=probe.dtype
     )
-    return suite, next(c for c in suite.cases(cfg) if c.name == probe.case), budget, device
+    return suite, next(c for c in suite.cases(cfg) if c.name == probe.case), budget, device, {}
 
 
 def _relative(entry: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -213,9 +297,36 @@ def _relative(entry: dict[str, Any]) -> tuple[float | None, float | None]:
     return entry.get("rmse", 0.0) / scale, None if noise is None else noise / scale
 
 
+def _ratio(entry: dict[str, Any]) -> float | None:
+    return entry["rmse"] / entry["threshold"] if entry.get("threshold") else None
+
+
+def _worst_rank(diagnostics: dict[str, Any]) -> tuple[str, float | None, str, dict]:
+    """The dist suite's worst judged tensor over every rank (a collective's: its output)."""
+    judged = []
+    for rank in diagnostics.get("ranks", {}).values():
+        entry = rank.get("check") or rank.get("worst_verdict") or {}
+        if entry.get("threshold"):
+            judged.append((_ratio(entry), rank.get("worst") or "output", entry))
+    if not judged:
+        return "", None, "", {}
+    ratio, tensor, entry = max(judged, key=lambda j: j[0])
+    return tensor, ratio, entry.get("rule", ""), entry
+
+
 def _worst(suite: str, diagnostics: dict[str, Any]) -> tuple[str, float | None, str, dict]:
     """(tensor, ratio, rule, its errors) of the worst compared tensor as the suite reported
     it."""
+    if suite == "dist":
+        return _worst_rank(diagnostics)
+    if suite == "flex":
+        worst = diagnostics.get("worst")
+        entry = diagnostics.get("numerics", {}).get(worst, {}) if worst else {}
+        return (
+            (worst or "", _ratio(entry), entry.get("rule", ""), entry)
+            if entry
+            else ("", None, "", {})
+        )
     if suite == "parity":
         worst = diagnostics.get("worst") or []
         if not worst:
@@ -251,7 +362,7 @@ def run_probe(probe: Probe, backend: str = DEFAULT_BACKEND) -> Row:
     from trainready.core.worker import execute_case
     from trainready.testing import faults
 
-    suite, case, budget, device = _case(probe, backend)
+    suite, case, budget, device, options = _case(probe, backend)
     lib = faults.plant(probe.fault) if probe.kind == "kernel" else None
     planted = (
         faults.planted(probe.fault, WHERE[probe.column])
@@ -262,7 +373,8 @@ def run_probe(probe: Probe, backend: str = DEFAULT_BACKEND) -> Row:
     t0 = time.perf_counter()
     try:
         with planted:
-            out = execute_case(suite, case, CaseContext(device, probe.dtype, budget))
+            ctx = CaseContext(device, probe.dtype, budget, options=options)
+            out = execute_case(suite, case, ctx)
     finally:
         if lib is not None:
             faults.remove(lib)
@@ -270,7 +382,7 @@ def run_probe(probe: Probe, backend: str = DEFAULT_BACKEND) -> Row:
     tensor, ratio, rule, entry = _worst(probe.suite, out.diagnostics)
     rel_error, rel_noise = _relative(entry)
     error = out.diagnostics.get("error") or out.diagnostics.get("reason") or ""
-    calls = sum(faults.hits(probe.fault).values()) if probe.fault != CLEAN else 0
+    calls = _bug_calls(probe, out.diagnostics)
     return Row(
         **asdict(probe),
         kind=probe.kind,
@@ -287,6 +399,17 @@ def run_probe(probe: Probe, backend: str = DEFAULT_BACKEND) -> Row:
         seconds=seconds,
         error=" ".join(str(error).split())[:300],
     )
+
+
+def _bug_calls(probe: Probe, diagnostics: dict[str, Any]) -> int:
+    """How often the planted bug acted: the ranks' own counts for dist, else this process's."""
+    from trainready.testing import faults
+
+    if probe.fault == CLEAN:
+        return 0
+    if probe.suite == "dist":
+        return sum(r.get("fault_hits", 0) for r in diagnostics.get("ranks", {}).values())
+    return sum(faults.hits(probe.fault).values())
 
 
 def run_probes(probes: list[Probe], backend: str = DEFAULT_BACKEND) -> list[Row]:
@@ -477,7 +600,12 @@ def notes(rows: list[Row]) -> list[str]:
                         f", less than the rule's allowance of twice {row.dtype}'s own noise: "
                         f"on this model the fault is under what {row.dtype} can resolve"
                     )
-            if not row.required:
+            if not row.required and spec.required(row.dtype):
+                text += (
+                    f" -- on this model the {size}fault moves the result by less than the bf16 "
+                    "goal of 2% (its fp32 row), under the goal"
+                )
+            elif not row.required:
                 text += f" -- a {size}fault, under the bf16 goal of 2%"
             out.append(text + ".")
         elif row.verdict == "false alarm":
@@ -495,6 +623,15 @@ def _versions() -> str:
     return f"torch {torch.__version__}, Python {platform.python_version()}"
 
 
+def _fault_cases(name: str) -> list[str]:
+    """The cases a fault runs on, as the Faults table lists them."""
+    if name in FLEX_FAULTS:
+        return [f"{name}/{FLEX_SHAPE}"]
+    if name in DIST_FAULTS:
+        return list(dict.fromkeys(c for cs in DIST_FAULTS[name].cases.values() for c in cs))
+    return variants_of(fault_spec(name))
+
+
 def _fault_lines(rows: list[Row]) -> list[str]:
     lines = [
         "| fault | kind | expected | size | case | what it plants |",
@@ -502,12 +639,12 @@ def _fault_lines(rows: list[Row]) -> list[str]:
     ]
     for name in dict.fromkeys(r.fault for r in rows if r.fault != CLEAN):
         f = fault_spec(name)
-        kind = "kernel (emu)" if name in FAULTS else "model"
+        kind = "kernel (emu)" if name in FAULTS else fault_column(name) or "model"
         what = f.imitates
         if name in FAULTS:
             what += " (" + ", ".join(f"`aten::{op}`" for op in f.kernels) + ")"
         size = f"{f.size:.0%}" if f.size else "-"
-        cases = ", ".join(f"`{v}`" for v in variants_of(f))
+        cases = ", ".join(f"`{v}`" for v in _fault_cases(name))
         lines.append(f"| `{name}` | {kind} | {f.expect} | {size} | {cases} | {what} |")
     return lines
 
@@ -545,9 +682,12 @@ def document(rows: list[Row], command: str, seconds: float, backend: str) -> str
             "first (for a pass, the one closest to failing) with its rmse over what the rule "
             "allows and the rule, i.e. the noise it was judged against: `noise_vs_independent` "
             "(the CPU's own independently rounded runs), `noise_vs_cpu` (the CPU's same-dtype "
-            "eager run), `noise_vs_cpu_optimizer` (the CPU's fp32 AdamW step); `curve` is the "
-            "loss curve's largest deviation over its noise-derived tolerance; `bug calls` counts "
-            "the calls in which the planted bug acted (compiled: the traces holding it).",
+            "eager run; flex: the dense reference math at the dtype), `noise_vs_cpu_optimizer` "
+            "(the CPU's fp32 AdamW step), `noise_vs_single_process` (dist: the same computation "
+            "in one process at the dtype); `curve` is the loss curve's largest deviation over its "
+            "noise-derived tolerance; `bug calls` counts the calls in which the planted bug acted "
+            "(compiled: the traces holding it; flex: builds of the planted mods for the kernel; "
+            "dist: planted reductions over every rank).",
             "",
             "## Summary",
             "",
@@ -572,7 +712,7 @@ def document(rows: list[Row], command: str, seconds: float, backend: str) -> str
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the Markdown table here")
-    every = [*FAULTS, *MODEL_FAULTS]
+    every = [*FAULTS, *MODEL_FAULTS, *FLEX_FAULTS, *DIST_FAULTS]
     ap.add_argument("--faults", default=",".join(every), help="comma-separated fault names")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: fp32,bf16")
     ap.add_argument(

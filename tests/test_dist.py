@@ -14,11 +14,12 @@ from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Result
 from trainready.core.context import CaseContext
 from trainready.core.store import Store
-from trainready.device import default_pg_backend, rank_device
+from trainready.device import default_pg_backend, rank_device, torch_dtype
 from trainready.launch import LaunchError, LaunchResult, RankEnv
+from trainready.probes.numerics import judge, noise_rmse
 from trainready.report import render
 from trainready.suites import dist
-from trainready.suites.dist_cases import collectives
+from trainready.suites.dist_cases import collectives, models
 from trainready.suites.dist_cases.collectives import (
     OPS,
     busbw_factor,
@@ -191,6 +192,40 @@ def test_verdicts_from_rank_results() -> None:
     skip = {"ok": True, "skipped": "no check yet", "metrics": {}, "diagnostics": {}}
     skipped = dist.outcome_of(other, _launch_result(per_rank=[skip, skip]), 60)
     assert skipped.status == "skipped" and skipped.diagnostics["reason"] == "no check yet"
+
+
+# -- the numerics rule where it decides -------------------------------------------------------------
+
+
+def _world(n: int) -> RankEnv:
+    return RankEnv(rank=0, world_size=n, local_rank=0, device="cpu", backend="gloo")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_an_inexact_average_is_judged_against_both_honest_orders(dtype: str) -> None:
+    """On 3 ranks 1/3 is inexact: the noise is the larger of the one-process average's two
+    orders (sum then divide, divide then sum); both orders pass, a 2% error does not."""
+    prepared = OPS["all_reduce_avg"].prepare(_world(3), 96, torch_dtype(dtype))
+    assert not prepared.exact and prepared.expected.dtype == torch.float64
+    noise = max(noise_rmse(prepared.expected, h) for h in prepared.honest)
+    assert noise > 0
+    for honest in prepared.honest:
+        assert judge(prepared.expected, honest, noise, dtype).ok
+    wrong = (prepared.honest[0].double() * 1.02).to(torch_dtype(dtype))
+    assert not judge(prepared.expected, wrong, noise, dtype).ok
+
+
+def test_training_is_judged_against_the_single_process_at_its_dtype() -> None:
+    """The one-process fp32 run is the noise: it passes itself, a gradient 1% off fails (the
+    fixed fp32 atol of 1e-5 used to pass anything in a tensor of that size)."""
+    ref64 = models.reference_run(2, 1, torch.float64)
+    base = models.reference_run(2, 1, torch.float32)
+    ok, _, verdicts = models.judge_against(ref64, base, base, "fp32")
+    assert ok and {v.rule for v in verdicts.values()} == {models.NOISE_RULE}
+    name = "step0/grad/blocks.0.fc1.weight"
+    skewed = {**base, name: base[name] * 1.01}
+    ok, worst, _ = models.judge_against(ref64, skewed, base, "fp32")
+    assert not ok and worst == name
 
 
 # -- one real run of every case -------------------------------------------------------------------

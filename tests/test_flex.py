@@ -128,7 +128,55 @@ def test_check_passes_pytorchs_own_bf16_result_and_fails_a_perturbed_one():
     ok, worst, verdicts = flex.check(x, mods, {"out": out}, "bf16", "cpu", grad=False)
     assert ok and worst == "out" and verdicts["out"]["ok"]
     ok, _, verdicts = flex.check(x, mods, {"out": out * 1.05}, "bf16", "cpu", grad=False)
-    assert not ok and verdicts["out"]["rule"] == "rmse_vs_cpu"
+    assert not ok and verdicts["out"]["rule"] == "noise_vs_cpu"
+
+
+def _eager(x: flex.Inputs, mods: flex.Mods) -> torch.Tensor:
+    """Eager flex_attention with `mods` (the kernel stand-in; the suite compiles it)."""
+    with flex._plain_eager_flex():  # the mods as plain Python: no trace per call
+        return flex.attend(flex_attention, x, mods, flex.block_mask_for(mods, SHAPE, "cpu"))
+
+
+def _planted(name: str) -> flex.Mods:
+    """A variant of the planted-fault file, loaded as `--variants` loads it."""
+    from trainready.suites.flex_variants import load_user_variants
+    from trainready.testing.flex_faults import PATH
+
+    return load_user_variants(PATH)[name].build(SHAPE, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "caught"),
+    [
+        ("scale_2pct", "fp32", True),
+        ("scale_2pct", "bf16", True),
+        ("window_one_wider", "fp32", True),
+        ("causal_diagonal_dropped", "fp32", True),
+        ("alibi_slope_1pct", "fp32", True),
+        ("alibi_slope_1pct", "bf16", False),  # 1% of ALiBi's slope: under bf16's resolution
+        ("softcap_via_sigmoid", "fp32", False),
+        ("softcap_via_sigmoid", "bf16", False),
+        ("alibi_from_table", "fp32", False),
+    ],
+)
+def test_a_wrong_mod_fails_against_its_right_reference_and_a_rewritten_one_passes(
+    name, dtype, caught
+):
+    """The noise is the dense math of the variant's *reference* at the dtype, so a wrong mod does
+    not raise its own bar; the same mathematics written another way passes."""
+    mods = _planted(name)
+    x = flex.make_inputs(SHAPE, flex.torch_dtype(dtype), "cpu", grad=False)
+    ok, worst, verdicts = flex.check(x, mods, {"out": _eager(x, mods)}, dtype, "cpu", grad=False)
+    assert ok is not caught, verdicts[worst]
+    assert verdicts["out"]["rule"] == "noise_vs_cpu" and verdicts["out"]["noise_rmse"] > 0
+
+
+def test_fp64_is_not_judged():
+    """In fp64 the same-dtype baseline is the reference itself: no honest noise, unsupported."""
+    case = _cases("smoke", dtype="fp64")[0]
+    ctx = flex.CaseContext("cpu", "fp64", 60.0)
+    with pytest.raises(Unsupported, match="numerics not judged"):
+        flex.execute(case, ctx)
 
 
 def _dense_grads(x: flex.Inputs, mods: flex.Mods) -> dict[str, torch.Tensor]:

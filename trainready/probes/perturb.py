@@ -16,12 +16,29 @@ TorchDispatchMode, so forward, backward and everything autograd runs are covered
   when the rounded values sit uniformly within an ulp (ulp^2/6 against ulp^2/12): KAPPA2 = 2.
   (Reordering an fp32 accumulation does not help here: rounded to bf16 it gives the plain run's
   result bit for bit.)
-- fp32: every GEMM (mm, bmm, addmm, baddbmm) and every sum and mean runs in fp32 with its reduced
-  dimensions in a random order ("a different blocking or reduction order"); every other op runs
-  as in the plain run, on values that differ from the first GEMM on, so its roundings are the
-  same kind as the plain run's and independent of them: KAPPA2 = 1. (Recomputing the other ops in
-  float64 would drop the accumulation error of fused reductions and sums: a gradient that is
-  zero in exact arithmetic, a key bias's, is nothing but that error, 3.5 times the estimate.)
+- fp32: every GEMM (mm, bmm, addmm, baddbmm), every sum and mean, every convolution and its
+  backward, batch norm's backward and group norm's forward and backward run in fp32 with their
+  reduced dimensions in a random order ("a different blocking or reduction order"), exactly: the
+  operands are permuted consistently along what the op sums over and its outputs un-permuted, so
+  in float64 the result is the plain op's up to rounding. A convolution sums over its input
+  channels within each group (permuted); its backward sums over the batch (grad_weight,
+  grad_bias) and the output channels within each group (grad_input), transposed or not; a norm
+  over the batch, the spatial positions and (group norm) the channels within each group; layer
+  norm over its normalized positions (statistics, input gradient) and its rows (weight and bias
+  gradients). A
+  depthwise convolution's forward sums over its kernel only and stays in order ("passed"), and
+  so do batch norm's forward statistics, which the CPU sums in float64 (no order changes their
+  float32 bits). Every other op runs as in the plain run, on values that differ from the first
+  reordered op on, so its roundings are the same kind as the plain run's and independent of
+  them: KAPPA2 = 1. A long reduction left in order is not: its inputs differ by far less than an
+  ulp of its partial sums, so it rounds nearly the same way in every run (a sequential float32
+  sum of 4096 terms moved by a few ulps each: accumulation errors 0.99 correlated; in a random
+  order, 0.46). Before convolutions and norms were reordered, a clean ResNet's conv weight
+  gradients failed at 5.8 times their allowance, MobileNetV2's at 110, and before layer norm was,
+  HF wav2vec2's layer-norm bias gradient at 1.25 (0.59 since). Still in order: softmax, losses,
+  interpolation and every other fused reduction. (Recomputing the other ops in float64 would drop the
+  accumulation error of fused reductions and sums: a gradient that is zero in exact arithmetic,
+  a key bias's, is nothing but that error, 3.5 times the estimate.)
 
 Measured (first step of the synthetic base model and of HF llama, ctrl, diffllama, bamba): a
 plain run's error over this estimate has a median of 1.05-1.2 per tensor, up to 1.3 on tensors of
@@ -29,7 +46,11 @@ thousands of entries; tensors of 4 to 64 entries scatter more (up to 2-4), as an
 estimate does -- `numerics.judge` widens their allowance by the sampling spread. In fp32 what
 every fp32 run rounds the same way (a constant, an input before the first GEMM) is shared and
 missing from the estimate: up to 2.7x on HF longcat_flash's router gradient, hence fp32's wider
-allowance (numerics.ALLOWANCE).
+allowance (numerics.ALLOWANCE). Conv nets in fp32 (first step, 64 px, batch 2): HF resnet's median
+is 1.6 (13 with convolutions and norms in order). A discrete jump in one run (a ReLU or a tiny
+batch norm flipping; not pinned down) inflates the estimate instead: in HF mobilenet_v2 the seed-1
+run jumps, and the spread on most gradients is 70x the plain run's error (0.4-0.6% of their rms),
+so a fault there must be a few % to fail.
 
 Stochastic rounding is unbiased where round-to-nearest can drift (a long bf16 recurrence, a
 running sum that stagnates): there a plain run's loss curve can stray further than the
@@ -45,8 +66,9 @@ low-precision code, and a fault cannot raise the bar it is judged by.
 In bf16/fp16, ops that mutate a tensor in place without an out-of-place twin, `_foreach_*`
 optimizer ops (their fp32 roundings are negligible next to the gradients' noise) and exact data
 movement (views, copies, indexing, concatenation: no rounding) pass through unchanged; `counts`
-says how many ops were rounded independently ("gemm", "sum", "recomputed", "inplace") and how
-many rounding ops passed through ("passed"), so a run that perturbed nothing is known as such.
+says how many ops were rounded independently ("gemm", "sum", "conv", "norm", "recomputed",
+"inplace") and how many rounding ops passed through ("passed"), so a run that perturbed nothing
+is known as such.
 """
 
 from __future__ import annotations
@@ -74,6 +96,11 @@ _HIGHER = {
 }
 _GEMMS = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default}
 _SUMS = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default}
+# Batch norm backwards (grad_out, input, ...): their weight and bias gradients and the input
+# gradient's statistics sum over the batch and spatial positions. The forwards (native_batch_norm,
+# _native_batch_norm_legit, _batch_norm_with_update...) need no reordering: the CPU kernel sums
+# their statistics in float64, so any order gives the same float32 bits.
+_BATCH_NORM_BACKWARDS = {aten.native_batch_norm_backward.default, aten.batch_norm_backward.default}
 
 # Exact ops (no rounding): skipped for speed only; recomputing them would give the same values.
 _EXACT_NAMES = frozenset(
@@ -117,6 +144,56 @@ def _stochastic(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> to
     frac = torch.nan_to_num(torch.where(span != 0, (x - back) / span, 0.0), nan=0.0)
     u = torch.rand(x.shape, generator=gen, dtype=x.dtype)
     return torch.where(u < frac, other, near)
+
+
+Perms = dict[int, torch.Tensor]  # dimension -> the order its entries are taken in
+
+
+def _take(t: torch.Tensor | None, perms: Perms) -> torch.Tensor | None:
+    """`t` with each dimension `d` of `perms` reordered by `perms[d]` (None stays None)."""
+    if t is None:
+        return None
+    for d, p in perms.items():
+        t = t.index_select(d, p)
+    return t
+
+
+def _inverse(perms: Perms) -> Perms:
+    return {d: torch.argsort(p) for d, p in perms.items()}
+
+
+def _grouped(local: torch.Tensor, groups: int) -> torch.Tensor:
+    """The permutation of `groups * len(local)` channels that applies `local` within each group."""
+    return (torch.arange(groups).unsqueeze(1) * len(local) + local).flatten()
+
+
+def _channels_last(t: torch.Tensor) -> torch.memory_format | None:
+    """channels_last (or _3d) where `t` is laid out so and not also plainly contiguous."""
+    for fmt, dims in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
+        if t.dim() == dims and not t.is_contiguous() and t.is_contiguous(memory_format=fmt):
+            return fmt
+    return None
+
+
+def _permuted_call(func: Any, args: tuple, arg_perms: dict[int, Perms], out_perms: tuple) -> Any:
+    """`func` on `args` with argument `i` reordered by `arg_perms[i]`, and output `j` (which then
+    comes out reordered by `out_perms[j]`) put back in order: the plain op's result, summed in
+    another order. Reordering copies contiguously; a channels-last first argument's layout is
+    restored on outputs of its rank, as the plain op would give it (code may view them so)."""
+    out = func(*(_take(a, arg_perms[i]) if i in arg_perms else a for i, a in enumerate(args)))
+    fmt = _channels_last(args[0])
+
+    def restored(o: torch.Tensor | None, perms: Perms) -> torch.Tensor | None:
+        o = _take(o, _inverse(perms))
+        if o is not None and fmt is not None and o.dim() == args[0].dim():
+            o = o.contiguous(memory_format=fmt)
+        return o
+
+    if isinstance(out, torch.Tensor):
+        return restored(out, out_perms[0])
+    return type(out)(
+        restored(o, p) for o, p in zip(out, out_perms + ({},) * len(out), strict=False)
+    )
 
 
 class IndependentRounding(TorchDispatchMode):
@@ -198,18 +275,19 @@ class IndependentRounding(TorchDispatchMode):
         return out
 
     def _gemm(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        out = func(*args, **kwargs)
-        if out.dtype not in self.targets:
-            return out
-        self.counts["gemm"] += 1
-        if self.stochastic:  # fp32 accumulation, rounded stochastically
-            return self._round(func(*tree_map(self._up, args), **tree_map(self._up, kwargs)), out)
-        # fp32: the same fp32 GEMM with the reduction dimension in a random order
         bias, (a, b), rest = (
             (None, args[:2], args[2:])
             if func in (aten.mm.default, aten.bmm.default)
             else (args[0], args[1:3], args[3:])  # fmt: skip
         )
+        # A GEMM's output has its operands' dtype: judged from them, so no GEMM runs twice.
+        if a.dtype not in self.targets:
+            return func(*args, **kwargs)
+        self.counts["gemm"] += 1
+        if self.stochastic:  # fp32 accumulation, rounded stochastically
+            hp = func(*tree_map(self._up, args), **tree_map(self._up, kwargs))
+            return _stochastic(hp, a.dtype, self.gen)
+        # fp32: the same fp32 GEMM with the reduction dimension in a random order
         perm = torch.randperm(a.shape[-1], generator=self.gen)
         a, b = a.index_select(-1, perm), b.index_select(-2, perm)
         return func(*((a, b) if bias is None else (bias, a, b)), *rest, **kwargs)
@@ -227,10 +305,122 @@ class IndependentRounding(TorchDispatchMode):
         self.counts["sum"] += 1
         return func(x, *args[1:], **kwargs)
 
+    def _perms(self, dims: Any, shape: torch.Size) -> Perms:
+        """A random order for each dimension of `dims` with more than one entry."""
+        return {d: torch.randperm(shape[d], generator=self.gen) for d in dims if shape[d] > 1}
+
+    def _channels(self, channels: int, groups: int) -> tuple[Perms, Perms]:
+        """A random order of the channels within each of `groups` groups, the same in each:
+        ({0: over all channels}, {0: within a group}), or two empty orders when a group has one
+        channel."""
+        local = self._perms((0,), torch.Size([channels // groups]))
+        return ({0: _grouped(local[0], groups)}, local) if local else ({}, {})
+
+    def _conv(self, func: Any, args: tuple) -> Any:
+        """convolution: the input channels in a random order within each group (an output sums
+        over its group's input channels and the kernel). A depthwise convolution (one channel a
+        group) has only its kernel's sum, left in order: counted as "passed"."""
+        x, transposed, groups = args[0], args[6], args[8]
+        channels, local = self._channels(x.shape[1], groups)
+        if not channels:
+            self.counts["passed"] += 1
+            return func(*args)
+        self.counts["conv"] += 1
+        # weight: (C_in, C_out/groups, *k) transposed, else (C_out, C_in/groups, *k)
+        w_perms = channels if transposed else {1: local[0]}
+        return _permuted_call(func, args, {0: {1: channels[0]}, 1: w_perms}, ({},))
+
+    def _conv_backward(self, func: Any, args: tuple) -> Any:
+        """convolution_backward: the batch in a random order (grad_weight and grad_bias sum over
+        it) and the output channels within each group (grad_input sums over them)."""
+        grad, transposed, groups = args[0], args[7], args[9]
+        batch = self._perms((0,), grad.shape)
+        channels, local = self._channels(grad.shape[1], groups)
+        if not batch and not channels:
+            self.counts["passed"] += 1
+            return func(*args)
+        self.counts["conv"] += 1
+        # weight: (C_in, C_out/groups, *k) transposed, else (C_out, C_in/groups, *k)
+        w_perms = {1: local[0]} if transposed and local else channels
+        out_channels = {1: channels[0]} if channels else {}
+        arg_perms = {0: batch | out_channels, 1: batch, 2: w_perms}
+        return _permuted_call(func, args, arg_perms, (batch, w_perms, channels))
+
+    def _norm(self, func: Any, args: tuple) -> Any:
+        """Batch norm backward and group norm: the batch, the spatial positions and (group norm)
+        the channels within each group in a random order -- the orders their statistics and
+        weight and bias gradients sum over -- the same for each argument shaped (N, C, *)."""
+        x = args[1] if func in _BATCH_NORM_BACKWARDS else args[0]  # group norm's (N, C, *) input
+        # group norm's forward statistics are per sample: only its backward sums over the batch
+        batch = {} if func == aten.native_group_norm.default else self._perms((0,), x.shape)
+        spatial = self._perms(range(2, x.dim()), x.shape)
+        if func in _BATCH_NORM_BACKWARDS:  # (grad_out, input, ...): per channel, no channel sum
+            perms = batch | spatial
+            arg_perms, out_perms = {0: perms, 1: perms}, (perms,)
+        else:  # native_group_norm(_backward): (N, C, *) tensors, (N, groups) statistics
+            groups = args[6 if func == aten.native_group_norm.default else 8]
+            channels, _ = self._channels(x.shape[1], groups)
+            perms = batch | spatial | {d + 1: p for d, p in channels.items()}
+            if func == aten.native_group_norm.default:  # (input, weight, bias, ...)
+                arg_perms = {0: perms, 1: channels, 2: channels}
+                out_perms = (perms, batch, batch)
+            else:  # (grad_out, input, mean, rstd, weight, ...)
+                arg_perms = {0: perms, 1: perms, 2: batch, 3: batch, 4: channels}
+                out_perms = (perms, channels, channels)
+        if not perms:
+            self.counts["passed"] += 1
+            return func(*args)
+        self.counts["norm"] += 1
+        return _permuted_call(func, args, arg_perms, out_perms)
+
+    def _layer_norm(self, func: Any, args: tuple) -> Any:
+        """native_layer_norm: the normalized positions (what each row's statistics sum over) in
+        a random order; the outputs' statistics are per row, so only the output is put back."""
+        x, shape, weight, bias = args[:4]
+        lead = x.dim() - len(shape)
+        cols = self._perms(range(lead, x.dim()), x.shape)
+        if not cols:
+            self.counts["passed"] += 1
+            return func(*args)
+        self.counts["norm"] += 1
+        affine = {d - lead: p for d, p in cols.items()}
+        return _permuted_call(func, args, {0: cols, 2: affine, 3: affine}, (cols, {}, {}))
+
+    def _layer_norm_backward(self, func: Any, args: tuple) -> Any:
+        """native_layer_norm_backward: the rows (the leading dimensions: what the weight and bias
+        gradients sum over) and the normalized positions (what each row's input gradient sums
+        over) in a random order."""
+        grad, x, shape, mean, rstd, weight, bias = args[:7]
+        lead = x.dim() - len(shape)
+        rows = self._perms(range(lead), x.shape)
+        cols = self._perms(range(lead, x.dim()), x.shape)
+        if not rows and not cols:
+            self.counts["passed"] += 1
+            return func(*args)
+        self.counts["norm"] += 1
+        affine = {d - lead: p for d, p in cols.items()}  # weight and bias: the normalized dims
+        stats = rows  # mean and rstd: (*leading, 1, ...)
+        arg_perms = {0: rows | cols, 1: rows | cols, 3: stats, 4: stats, 5: affine, 6: affine}
+        return _permuted_call(func, args, arg_perms, (rows | cols, affine, affine))
+
+    def _reordered(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """fp32: a convolution or a norm with its sums in a random order, or None for any other
+        op (or one called with keyword arguments, which autograd never does)."""
+        reorder = _REORDERS.get(func)
+        if reorder is None or kwargs or not isinstance(args[0], torch.Tensor):
+            return None
+        if args[0].dtype not in self.targets:
+            return None
+        return reorder(self, func, args)
+
     # -- dispatch -------------------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.stochastic:
+            out = self._reordered(func, args, kwargs)
+            if out is not None:
+                return out
         kind = self._classify(func)
         if kind == "skip":
             return func(*args, **kwargs)
@@ -267,5 +457,15 @@ class IndependentRounding(TorchDispatchMode):
         self.counts["recomputed"] += 1
         return self._rounded(out, hp)
 
+
+_REORDERS = {
+    aten.convolution.default: IndependentRounding._conv,
+    aten.convolution_backward.default: IndependentRounding._conv_backward,
+    aten.native_group_norm.default: IndependentRounding._norm,
+    aten.native_group_norm_backward.default: IndependentRounding._norm,
+    **dict.fromkeys(_BATCH_NORM_BACKWARDS, IndependentRounding._norm),
+    aten.native_layer_norm.default: IndependentRounding._layer_norm,
+    aten.native_layer_norm_backward.default: IndependentRounding._layer_norm_backward,
+}
 
 __all__ = ["KAPPA2", "IndependentRounding"]

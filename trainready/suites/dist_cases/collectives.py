@@ -5,7 +5,10 @@ itself: the reduction or permutation done in float64 on the CPU over every rank'
 the case dtype. Inputs are small integers (0..15), so sums over up to 16 ranks are exact in fp32,
 bf16 and fp16, and the check is `torch.equal` -- bitwise. The one exception is `avg` with a world
 size that is not a power of two (1/world is inexact, and backends scale before or after summing):
-there the probe's dtype tolerance decides. An op that needs more ranks than the run has (send/recv
+there the numerics rule decides (rule `noise_vs_single_process`): the distance from the float64
+average against the noise of the same average computed in one process at the dtype, in each of
+the two orders backends use (sum then divide; divide then sum, the rounded quotients added rank
+by rank), the larger of the two -- either order is correct. An op that needs more ranks than the run has (send/recv
 and its functional form, `permute_tensor`, on one rank) is `skipped`, saying so: a limit of the
 run's settings, not of the device.
 
@@ -32,9 +35,10 @@ import torch.distributed._functional_collectives as funcol
 
 from trainready.device import torch_dtype
 from trainready.launch import RankEnv
-from trainready.probes.numerics import compare
+from trainready.probes.numerics import judge, noise_rmse
 from trainready.probes.timing import benchmark
 from trainready.suites.dist_cases import skipped
+from trainready.suites.dist_cases.models import NOISE_RULE
 
 VALUES = 16  # inputs are integers in [0, VALUES): exact in every float dtype we test
 
@@ -77,8 +81,9 @@ class Prepared:
 
     call: Callable[[], None]
     result: Callable[[], torch.Tensor]
-    expected: torch.Tensor
+    expected: torch.Tensor  # bitwise: the answer in the dtype; else: in float64
     exact: bool = True
+    honest: tuple[torch.Tensor, ...] = ()  # not exact: correct results at the dtype (the noise)
 
 
 @dataclass(frozen=True)
@@ -114,9 +119,22 @@ def _all_reduce(reduce: str, functional: bool) -> Callable[[RankEnv, int, torch.
                 dist.all_reduce(x, op=op[reduce])
 
         power_of_two = env.world_size & (env.world_size - 1) == 0
-        return Prepared(call, lambda: out[0], ref.to(dtype), exact=reduce != "avg" or power_of_two)
+        if reduce != "avg" or power_of_two:
+            return Prepared(call, lambda: out[0], ref.to(dtype))
+        return Prepared(call, lambda: out[0], ref, exact=False, honest=_averages(env, numel, dtype))
 
     return prepare
+
+
+def _averages(env: RankEnv, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The ranks' average at `dtype` in one process, in the two orders backends use: the sum (exact
+    here) divided by n; each input divided by n, the quotients added rank by rank."""
+    inputs = [data(r, numel, dtype) for r in range(env.world_size)]
+    summed_first = torch.stack(inputs).sum(0) / env.world_size
+    divided_first = torch.zeros(numel, dtype=dtype)
+    for x in inputs:
+        divided_first = divided_first + x / env.world_size
+    return summed_first, divided_first
 
 
 def _broadcast(functional: bool) -> Callable[[RankEnv, int, torch.dtype], Prepared]:
@@ -313,7 +331,9 @@ def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats
     if prepared.exact:
         ok, check = _bitwise(got, prepared.expected)
     else:
-        verdict = compare(prepared.expected.double(), got, None, dtype)
+        ref64 = prepared.expected
+        noise = max(noise_rmse(ref64, h) for h in prepared.honest)
+        verdict = judge(ref64, got, noise, dtype, NOISE_RULE)
         ok, check = verdict.ok, verdict.to_json()
     env.phase("time")
     stats = benchmark(prepared.call, env.device, warmup=warmup, repeats=repeats, flush_l2=False)

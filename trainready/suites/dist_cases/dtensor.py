@@ -16,7 +16,8 @@
 These use small integers (multiples of the world size where a Partial splits them by n), so every
 value and sum is exact in fp32: the checks are bitwise.
 - `tp/colwise_rowwise`: `parallelize_module` with ColwiseParallel (fc1) and RowwiseParallel (fc2)
-  against the unsharded module: output and every gradient, judged by the numerics probe at fp32.
+  against the unsharded module: output and every gradient, judged by the numerics rule at fp32
+  (noise: the unsharded module's fp32 run, `models.judge_against`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 from trainready.launch import RankEnv
-from trainready.probes.numerics import compare_many
 from trainready.suites.dist_cases import skipped
+from trainready.suites.dist_cases.models import judge_against
 
 ROWS, COLS, INNER = 8, 12, 16
 # How torch says that it, not the device, does not redistribute to a Partial placement.
@@ -203,7 +204,7 @@ def _tensor_parallel(env: RankEnv) -> dict:
     got = _tp_record(model, x64.float().to(env.device).requires_grad_())
     ref = _tp_record(_mlp(dim, hidden, torch.float64), x64.clone().requires_grad_())
     base = _tp_record(_mlp(dim, hidden, torch.float32), x64.float().requires_grad_())
-    ok, worst, verdicts = compare_many({k: (ref[k], got[k], base[k]) for k in ref}, "fp32")
+    ok, worst, verdicts = judge_against(ref, got, base, "fp32")
     return {
         "ok": ok,
         "metrics": {"tensors": float(len(verdicts))},

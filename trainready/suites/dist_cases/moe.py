@@ -5,8 +5,8 @@ number of tokens per rank (5 + 3 * rank). Dispatch as TorchTitan does it: sort t
 expert, exchange per-expert counts with `all_to_all_single`, send tokens with the autograd-aware
 `all_to_all_single_autograd`, run the local experts, send results back the same way, and combine
 weighted by the router. Forward output, the input's gradient, the router's (summed over ranks) and
-the local experts' gradients are judged by the numerics probe at fp32 against the same layer run
-on one process over every rank's tokens (float64 reference, fp32 baseline).
+the local experts' gradients are judged by the numerics rule at fp32 against the same layer run
+on one process over every rank's tokens (float64 reference; noise: the one-process fp32 run's).
 
 `moe/token_switch`: the same judgement of PyTorch's MoE dispatch/combine API,
 `torch.distributed._token_switch` (pytorch/pytorch#178712: `TokenSwitch.create_routing()` returns
@@ -17,7 +17,7 @@ receives goes to its expert; `dispatch` sends each token to its expert's rank, t
 the whole receive buffer (rows past what arrived are zeros, and the expert maps zero to zero),
 `combine` brings the results back, and the gate weights them at the source, so the router gets its
 gradient (dispatch's `topk_weights` carry none). Tokens are bf16 and 64 wide, what upstream's
-tests dispatch; the numerics probe judges at bf16. `create_routing`'s per-expert receive count must
+tests dispatch; the numerics rule judges at bf16. `create_routing`'s per-expert receive count must
 equal the tokens the ranks routed here (exact).
 
 Where this torch has no such module the case is `skipped`: the API came after this torch build, a
@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from trainready.core.context import Unsupported
 from trainready.device import torch_dtype
 from trainready.launch import RankEnv
-from trainready.probes.numerics import compare_many
 from trainready.suites.dist_cases import skipped
+from trainready.suites.dist_cases.models import judge_against
 
 TOKEN_SWITCH = "torch.distributed._token_switch"
 # process-group backend -> the TokenSwitch implementation that runs on it
@@ -180,7 +180,7 @@ def _judge(env: RankEnv, layer: Layer, dtype: str, forward: Forward) -> dict:
     env.phase("single-process reference")
     ref = _record(env, torch.float64, layer, None)
     base = _record(env, torch_dtype(dtype), layer, None)
-    ok, worst, verdicts = compare_many({k: (ref[k], got[k], base[k]) for k in ref}, dtype)
+    ok, worst, verdicts = judge_against(ref, got, base, dtype)
     counts = tokens_per_rank(env.world_size)
     return {
         "ok": ok,
