@@ -635,7 +635,11 @@ def test_7_creating_a_store_in_a_read_only_place_keeps_the_real_error(tmp_path, 
     ("suite", "pair", "message"),
     [
         ("parity", "steps=abc", "--set steps=abc: expected an integer from 1 to"),
-        ("parity", "zoo=bogus", "--set zoo=bogus: unknown bogus; valid: hf, timm, diffusers, synthetic"),
+        (
+            "parity",
+            "zoo=bogus",
+            "--set zoo=bogus: unknown bogus; valid: hf, timm, diffusers, synthetic",
+        ),
         ("parity", "modes=bogus", "unknown bogus; valid: eager, compile"),
         ("parity", "zoo=none", "no cases to run: parity enumerate none"),
         ("matmul", "bogus_key=1", "unknown option 'bogus_key' for matmul; valid --set keys: none"),
