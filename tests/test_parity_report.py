@@ -409,3 +409,10 @@ def test_a_baseline_runs_curve_is_drawn_with_the_case():
 def test_no_baseline_legend_without_a_baseline():
     store, rids = _curve_store({"npu": [_curved("llama", "fail_numerics", _drifting(0.004))]})
     assert "--baseline run" not in "".join(_chart(render(store, rids, "html")).itertext())
+
+
+def test_a_case_that_raised_counts_under_the_modality_it_was_planned_with():
+    raised = _result("vit", "eager", "fail_run", {})
+    raised.case.params["modality"] = "vision"  # planned with it; the raise recorded nothing
+    assert "modality" not in raised.diagnostics
+    assert section._modality(raised) == "vision"

@@ -223,3 +223,14 @@ def test_a_multimodal_lm_fed_its_text_alone_says_so(monkeypatch):
     assert model.text_only_reason == "ValueError: planted: no image features"
     out = _run({"source": "hf_task", "model": "llava"}, "hf/llava/eager/fp32")
     assert "planted: no image features" in out.diagnostics["text_only"]
+
+
+def test_a_task_model_without_its_batch_or_forward_cannot_be_built():
+    from trainready.models.task import TaskModel
+
+    class NoBatch(TaskModel):
+        def forward(self, **batch):
+            return None
+
+    with pytest.raises(TypeError, match="abstract"):
+        NoBatch()

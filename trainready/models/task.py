@@ -16,6 +16,7 @@ float32 otherwise (autocast does the rest); integer inputs (ids, labels, timeste
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 
 import torch
@@ -28,17 +29,20 @@ class TaskOutput:
     output: torch.Tensor  # the model's main output (logits, predicted noise...)
 
 
-class TaskModel(nn.Module):
-    """Base class of a task model; subclasses implement `make_batch` and `forward`."""
+class TaskModel(nn.Module, abc.ABC):
+    """Base class of a task model: a subclass that leaves out `make_batch` or `forward` cannot
+    be instantiated (abstract methods)."""
 
     traits: dict[str, str] = {}
     modality: str = "unknown"
 
+    @abc.abstractmethod
     def make_batch(self, seed: int) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        """The fixed synthetic batch for `seed`: CPU tensors, floating ones in float32."""
 
+    @abc.abstractmethod
     def forward(self, **batch: torch.Tensor) -> TaskOutput:  # type: ignore[override]
-        raise NotImplementedError
+        """The loss the model trains on and the output compared as "logits"."""
 
 
 def cast_batch(

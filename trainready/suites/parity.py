@@ -65,6 +65,7 @@ import torch
 
 from trainready.config import RunConfig
 from trainready.core.case import Case, Outcome
+from trainready.core.concurrency import cpu_threads
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, torch_dtype
 from trainready.models.families import MODALITIES
@@ -186,6 +187,9 @@ def _grid(cfg: RunConfig) -> dict[str, list[tuple[str, str]]]:
 
 def _case(name: str, params: dict[str, Any], mode: str, dtype: str, cfg: RunConfig) -> Case:
     params = {**params, "mode": mode, "dtype": dtype, "steps": int(cfg.options.get("steps", STEPS))}
+    # planned with the case, so a case that ends before recording it (a crash, a raise) still
+    # counts under its modality
+    params["modality"] = _declared_modality(params)
     if mode == "compile":
         params["compile_backend"] = cfg.options.get("compile_backend") or DEFAULT_BACKEND
     return Case(NAME, f"{name}/{mode}/{dtype}", params)
@@ -368,19 +372,9 @@ def _reference(subject: Subject, data: Data, steps: int):
     )
 
 
-@contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Tiny models run fastest on one CPU thread (parallel kernels cost more than they save)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def execute(case: Case, ctx: CaseContext) -> Outcome:
-    with _threads(int(ctx.options.get("threads", 1))):
+    # tiny models run fastest on one CPU thread (parallel kernels cost more than they save)
+    with cpu_threads(int(ctx.options.get("threads", 1))):
         out = Outcome("pass")
         try:
             return _execute(case, ctx, out)

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.launch import RankEnv
-from trainready.testing.faults import BF16_GOAL
+from trainready.testing.faults import catch_required, patched
 
 OPTION = "dist_fault"
 TARGET = "trainready.testing.dist_faults:run_case"
@@ -74,20 +74,8 @@ class DistFault:
     plant: Callable[[RankEnv], contextlib.AbstractContextManager] = field(repr=False)
 
     def required(self, dtype: str) -> bool:
-        """Whether the catch goal requires this fault caught at `dtype` (as `faults.Fault`)."""
-        return self.expect == "catch" and (
-            dtype == "fp32" or self.size is None or self.size >= BF16_GOAL
-        )
-
-
-@contextlib.contextmanager
-def _patched(obj: object, attr: str, value: object) -> Iterator[None]:
-    old = getattr(obj, attr)
-    setattr(obj, attr, value)
-    try:
-        yield
-    finally:
-        setattr(obj, attr, old)
+        """Whether the catch goal requires this fault caught at `dtype` (`catch_required`)."""
+        return catch_required(self.expect, self.size, dtype)
 
 
 # --- all_reduce(AVG) ------------------------------------------------------------------------------
@@ -106,7 +94,7 @@ def _avg_fault(wrap: Callable[[RankEnv, Any], Callable[[], None]]) -> Callable:
             prepared = op.prepare(env, numel, dtype)
             return replace(prepared, call=wrap(env, prepared))
 
-        with _patched(
+        with patched(
             collectives, "OPS", {**collectives.OPS, "all_reduce_avg": replace(op, prepare=prepare)}
         ):
             yield
@@ -171,7 +159,7 @@ def _ddp_hook(hook: Callable[[RankEnv, torch.Tensor], torch.Tensor]) -> Callable
             wrapped.register_comm_hook(None, comm_hook)
             return wrapped
 
-        with _patched(training, "_ddp", ddp):
+        with patched(training, "_ddp", ddp):
             yield
 
     return plant
@@ -225,7 +213,7 @@ def _fsdp2_reduce_scatter(
                     module.set_custom_reduce_scatter(Planted())
             return sharded
 
-        with _patched(training, "_fsdp2", fsdp2):
+        with patched(training, "_fsdp2", fsdp2):
             yield
 
     return plant

@@ -84,6 +84,13 @@ SOFTMAX_SCALE = 1.02
 NORM_BACKWARD_SCALE = 1.01
 BF16_GOAL = 0.02  # faults of this relative size or more must be caught in bf16 (and fp16) too
 
+
+def catch_required(expect: str, size: float | None, dtype: str) -> bool:
+    """Whether the catch goal requires a fault caught at `dtype`: every one in fp32; in bf16 and
+    fp16 those of BF16_GOAL or more, and the structural ones (no size)."""
+    return expect == "catch" and (dtype == "fp32" or size is None or size >= BF16_GOAL)
+
+
 _HITS: Counter[str] = Counter()  # "fault:op" -> calls in which the planted bug acted
 _HOLDER: dict[str, str] = {}  # op -> the planted fault whose kernel it runs now
 _LIB_OPS: dict[int, list[str]] = {}  # id(library) -> the ops it holds
@@ -112,11 +119,8 @@ class Fault:
     weak_on: tuple[str, ...] = ()
 
     def required(self, dtype: str) -> bool:
-        """Whether the catch goal requires this fault caught at `dtype` (every one in fp32; in
-        bf16 and fp16 those of BF16_GOAL or more, and the structural ones)."""
-        return self.expect == "catch" and (
-            dtype == "fp32" or self.size is None or self.size >= BF16_GOAL
-        )
+        """Whether the catch goal requires this fault caught at `dtype` (`catch_required`)."""
+        return catch_required(self.expect, self.size, dtype)
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -606,14 +610,12 @@ class ModelFault:
     also_on: tuple[str, ...] = ()  # further synthetic variants the catch table runs it on
 
     def required(self, dtype: str) -> bool:
-        """Whether the catch goal requires this fault caught at `dtype`."""
-        return self.expect == "catch" and (
-            dtype == "fp32" or self.size is None or self.size >= BF16_GOAL
-        )
+        """Whether the catch goal requires this fault caught at `dtype` (`catch_required`)."""
+        return catch_required(self.expect, self.size, dtype)
 
 
 @contextlib.contextmanager
-def _patched(obj: object, attr: str, value: object) -> Iterator[None]:
+def patched(obj: object, attr: str, value: object) -> Iterator[None]:
     old = getattr(obj, attr)
     setattr(obj, attr, value)
     try:
@@ -639,7 +641,7 @@ def _attend_fault(
             _model_hit(name, "attention")
             return faulty(original, q, k, v, **options)
 
-        with _patched(blocks, "attend", attend):
+        with patched(blocks, "attend", attend):
             yield
 
     return plant
@@ -699,7 +701,7 @@ def _rope_interleaved(name: str) -> Callable[[str], contextlib.AbstractContextMa
             rotated = torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
             return torch.cat([rotated.flatten(-2).to(x.dtype), x_pass], dim=-1)
 
-        with _patched(blocks, "apply_rope", apply_rope):
+        with patched(blocks, "apply_rope", apply_rope):
             yield
 
     return plant
@@ -723,7 +725,7 @@ def _norm_reordered(name: str) -> Callable[[str], contextlib.AbstractContextMana
             h = h * torch.rsqrt(mean_sq + self.eps)
             return self.weight * h.to(x.dtype)
 
-        with _patched(blocks.RMSNorm, "forward", forward):
+        with patched(blocks.RMSNorm, "forward", forward):
             yield
 
     return plant
@@ -746,7 +748,7 @@ def _model_patch(
             _swap(select(model), cls(), name, where, scale)
             return model
 
-        with _patched(synthetic, "build", build):
+        with patched(synthetic, "build", build):
             yield
 
     return plant
@@ -766,7 +768,7 @@ def _optimizer_fault(
                 return original(params, spec)
             return FaultyAdamW(params, parity_engine.LR, fault=name, **switches)
 
-        with _patched(parity_engine, "make_optimizer", make_optimizer):
+        with patched(parity_engine, "make_optimizer", make_optimizer):
             yield
 
     return plant

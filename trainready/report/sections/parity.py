@@ -57,9 +57,10 @@ def _mode(r: Result) -> str:
 
 
 def _modality(r: Result) -> str:
-    """The case's recorded modality; the synthetic matrix is decoders, anything else that recorded
-    none (stored before modalities were kept, a factory's model) is unknown."""
-    recorded = r.diagnostics.get("modality")
+    """The case's recorded modality, else the one it was planned with (a case that raised or
+    crashed records none); the synthetic matrix is decoders, anything else without one (stored
+    before modalities were kept) is unknown."""
+    recorded = r.diagnostics.get("modality") or r.case.params.get("modality")
     if recorded:
         return str(recorded)
     return "text-decoder" if r.case.params.get("source") == "synthetic" else UNKNOWN
