@@ -25,13 +25,21 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   `analysis.summary` (steps, hardware rows, FLOPs/MFU, dependencies, critical paths, memory,
   source lines too; target <= 10 s and <= 2 GB);
 - whole processes (`--whole-repeat N` rounds per trace, 0: none): the user's command,
-  `python -m trainready analyze TRACE` (every analysis and the printed tables, output to
-  /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a fresh
-  `python -c` running HTA's load and five analyses as above; wall time and CPU time of each child
-  (its workers included), imports and interpreter start-up included. The two run interleaved
-  (ours, HTA, HTA, ours, ...) so load on a shared machine falls on both; the speed-up is the
-  median of each round's ratio. `--baseline DIR`, another source tree of trainready (an earlier
-  revision: `git archive REV | tar -x -C DIR`), adds its `analyze` to every round, the same way.
+  `trainready analyze TRACE` as its console script runs it (`trainready.entry:main`, or
+  `trainready.cli:main` in a tree without entry.py; every analysis and the printed tables, output
+  to /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a
+  fresh `python -c` running HTA's load and five analyses as above; wall time and CPU time of each
+  child (its workers included), imports and interpreter start-up included. The two run
+  interleaved (ours, HTA, HTA, ours, ...) so load on a shared machine falls on both; the speed-up
+  is the median of each round's ratio. `--baseline DIR`, another source tree of trainready (an
+  earlier revision: `git archive REV | tar -x -C DIR`), adds its `analyze` to every round, the
+  same way. Every round also times the floor no `analyze` can go under, in the same
+  interleaving: `python -c pass` (the interpreter and site), `python -c "import numpy"` and
+  `python -c "import numpy, msgspec, isal.isal_zlib"` (the parse's dependencies); per trace,
+  `floor_speedup_*` is the median of HTA / the numpy floor: the best ratio any `analyze` could
+  reach on that trace on that machine (under 10: 10x HTA is out of reach there), and
+  `above_floor_*` our median time over the numpy floor (what trainready itself costs).
+  `--only SUBSTR` (repeatable) keeps the traces whose name contains one of them.
   All run with Python's bytecode cache on, in a private `PYTHONPYCACHEPREFIX` filled by one
   unmeasured round (an installed package has its `.pyc` files; a `PYTHONDONTWRITEBYTECODE`
   environment would otherwise recompile trainready's modules in every run while HTA's came
@@ -168,16 +176,37 @@ def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu}
 
 
+# The floor of a whole `analyze`: the interpreter, then numpy, then every library the parse needs.
+FLOORS = {
+    "floor_python": "pass",
+    "floor_numpy": "import numpy",
+    "floor_deps": "import numpy, msgspec, isal.isal_zlib",
+}
+
+
+def _analyze_cmd(tree: Path, path: Path) -> list[str]:
+    """`trainready analyze PATH` as the console script of the source tree `tree` runs it (`-c`
+    imports the package of the cwd first): its entry module's main()."""
+    entry = "trainready.entry" if (tree / "trainready" / "entry.py").is_file() else "trainready.cli"
+    code = f"import sys; sys.argv[0] = 'trainready'; from {entry} import main; main()"
+    return [sys.executable, "-c", code, "analyze", str(path)]
+
+
 def _whole(
     path: Path, repeat: int, env: dict[str, str], baseline: Path | None = None
 ) -> dict[str, Any]:
     """`trainready analyze` and HTA as whole fresh processes, interleaved, `repeat` rounds; and
-    the `baseline` source tree's `analyze` in each round when given. `speedup_*`: the median over
-    rounds of HTA's time / this tree's; `baseline_speedup_*`: the same for the baseline's."""
-    analyze = [sys.executable, "-m", "trainready", "analyze", str(path)]
-    tools = {"trainready": (analyze, REPO), "hta": ([sys.executable, "-c", _HTA, str(path)], REPO)}
+    the `baseline` source tree's `analyze` in each round when given; and the floors (FLOORS).
+    `speedup_*`: the median over rounds of HTA's time / this tree's; `baseline_speedup_*`: the
+    same for the baseline's; `floor_speedup_*`: HTA's time / the numpy floor's."""
+    tools = {
+        "trainready": (_analyze_cmd(REPO, path), REPO),
+        "hta": ([sys.executable, "-c", _HTA, str(path)], REPO),
+    }
     if baseline is not None:
-        tools["baseline"] = (analyze, baseline)  # `-m` imports the package of the cwd first
+        tools["baseline"] = (_analyze_cmd(baseline, path), baseline)
+    for name, code in FLOORS.items():
+        tools[name] = ([sys.executable, "-c", code], REPO)
     runs: dict[str, list[dict[str, Any]]] = {who: [] for who in tools}
     for i in range(repeat):
         for who in list(tools)[:: 1 if i % 2 == 0 else -1]:  # who goes first alternates
@@ -193,7 +222,7 @@ def _whole(
             row[who]["median_cpu_s"] = statistics.median(row[who]["cpu_s"])
         if len(ok) < len(rs):
             row[who]["error"] = next(r["error"] for r in rs if "error" in r)
-    for who, prefix in (("trainready", ""), ("baseline", "baseline_")):
+    for who, prefix in (("trainready", ""), ("baseline", "baseline_"), ("floor_numpy", "floor_")):
         rounds = zip(runs.get(who, []), runs["hta"], strict=False)
         pairs = [(o, h) for o, h in rounds if "error" not in o and "error" not in h]
         for unit in ("wall", "cpu"):
@@ -201,6 +230,13 @@ def _whole(
             if ratios:
                 row[f"{prefix}speedup_{unit}"] = statistics.median(ratios)
                 row[f"{prefix}speedup_{unit}_range"] = [min(ratios), max(ratios)]
+    rounds = zip(runs["trainready"], runs["floor_numpy"], strict=False)
+    pairs = [(o, f) for o, f in rounds if "error" not in o and "error" not in f]
+    for unit in ("wall", "cpu"):
+        if pairs:  # what trainready costs over python + numpy, per round
+            row[f"above_floor_{unit}_s"] = statistics.median(
+                o[f"{unit}_s"] - f[f"{unit}_s"] for o, f in pairs
+            )
     return row
 
 
@@ -305,6 +341,8 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as prefix:
         env = _bytecode_env(prefix)
         paths = [args.traces / n for n in BIG if (args.traces / n).is_file()]
+        if args.only:
+            paths = [p for p in paths if any(o in p.name for o in args.only)]
         if paths:
             _whole(paths[-1], 1, env, args.baseline)  # unmeasured: writes every tool's bytecode
         for path in paths:
@@ -312,6 +350,8 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
             results["whole_process"][path.name] = row
             nan = float("nan")
             lo, hi = row.get("speedup_wall_range", [nan, nan])
+            floor = {k: row[k].get("median_wall_s", nan) for k in FLOORS}
+            reach = row.get("floor_speedup_wall", nan)
             print(
                 f"{path.name[:40]:40s} whole process: trainready analyze "
                 f"{row['trainready'].get('median_wall_s', nan):5.2f} s, HTA "
@@ -323,7 +363,13 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                     f"{row['baseline_speedup_cpu']:.1f}x by CPU"
                     if "baseline_speedup_cpu" in row
                     else ""
-                ),  # fmt: skip
+                )
+                + f"\n{'':40s} floor: python {floor['floor_python']:.2f} s, + numpy "
+                f"{floor['floor_numpy']:.2f} s, + msgspec, isal {floor['floor_deps']:.2f} s; "
+                f"HTA / numpy floor {reach:.1f}x by wall, "
+                f"{row.get('floor_speedup_cpu', nan):.1f}x by CPU "
+                f"({'10x reachable' if reach >= 10 else '10x out of reach'}); trainready "
+                f"{row.get('above_floor_wall_s', nan):.2f} s wall over the numpy floor",  # fmt: skip
                 flush=True,
             )
 
@@ -351,6 +397,12 @@ def main() -> None:
         "--whole-only",
         action="store_true",
         help="only the whole-process comparison (no in-process runs, no 1M events)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="SUBSTR",
+        help="whole processes: only the traces whose file name contains SUBSTR (repeatable)",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()

@@ -238,3 +238,69 @@ def test_analyze_imports_neither_typers_parser_nor_the_runner():
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)[0]["launches"]["count"] == 577
     assert p.stderr.strip().splitlines()[-1] == "[]"
+
+
+def _entry(
+    argv: list[str], env: dict[str, str] | None = None, flags: list[str] | None = None
+) -> subprocess.CompletedProcess:
+    """`trainready ARGV` as the console script runs it (trainready.entry:main), in a fresh
+    process; stdout is a pipe, as in `trainready analyze T > file`."""
+    code = "import sys; sys.argv[0] = 'trainready'; from trainready.entry import main; main()"
+    drop = ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    base["TRAINREADY_CACHE_DIR"] = "off"
+    return subprocess.run([sys.executable, *(flags or []), "-c", code, *argv],
+                          capture_output=True, text=True, env={**base, **(env or {})},
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def test_the_console_entry_analyzes_without_the_cli():
+    """The console script's `analyze TRACE` loads neither Typer nor the runner, the reports,
+    torch or numpy.ma (a whole `trainready analyze` is python, numpy, the parse, the analyses and
+    rich's printing), and prints what the Typer command prints. (It ends with
+    os._exit: the modules it loaded are read from `-X importtime`.)"""
+    p = _entry(["analyze", str(SMALL)], env={"COLUMNS": "80"}, flags=["-X", "importtime"])
+    assert p.returncode == 0, p.stderr
+    loaded = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
+    assert "trainready.profile.analysis" in loaded and "numpy" in loaded
+    heavy = ("typer", "click", "pydantic", "torch", "numpy.ma", "trainready.cli",
+             "trainready.clikit", "trainready.commands", "trainready.core", "trainready.api",
+             "trainready.report.model", "trainready.report.fmt", "trainready.report.html")  # fmt: skip
+    assert [m for m in heavy if m in loaded] == []
+    typer_result = runner.invoke(app, ["analyze", str(SMALL)], env={"COLUMNS": "80"})
+    assert p.stdout == typer_result.output
+
+
+def test_the_console_entry_leaves_the_rest_to_typer(tmp_path):
+    """--help, other forms of `analyze` and bad input: the Typer app's output and exit codes."""
+    p = _entry(["--help"])
+    assert p.returncode == 0 and "analyze" in p.stdout and "run" in p.stdout
+    p = _entry(["analyze", "--help"])
+    assert p.returncode == 0 and "--peak-tflops" in p.stdout
+    p = _entry(["analyze", str(SMALL), "--peak-tflops", "0"])
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--peak-tflops" in p.stderr
+    bad = tmp_path / "x.json"
+    bad.write_text('{"not": "a trace"}')
+    for target in (bad, tmp_path / "missing.json.gz"):
+        p = _entry(["analyze", str(target)])
+        typer_result = runner.invoke(app, ["analyze", str(target)])
+        assert (p.returncode, p.stderr, p.stdout) == (2, typer_result.output, "")
+
+
+def test_numpy_stand_ins_are_numpys():
+    """intervals.unique / isin and analysis.percentiles (which spare numpy.ma's import) give
+    numpy's answers, bit for bit."""
+    from trainready.profile import intervals
+
+    rng = np.random.default_rng(0)
+    for n in (*range(1, 40), 257, 5000):
+        for hi in (3, 10**6, 2**62):
+            v = rng.integers(-hi, hi, size=n, dtype=np.int64)
+            w = rng.integers(-hi, hi, size=max(1, n // 3), dtype=np.int64)
+            assert np.array_equal(intervals.unique(v), np.unique(v))
+            assert np.array_equal(intervals.isin(v, w), np.isin(v, w))
+            assert np.array_equal(intervals.isin(v, v[: n // 2]), np.isin(v, v[: n // 2]))
+            for qs in ([50, 90, 99], [0, 100, 33.3]):
+                assert A.percentiles(v, qs).tobytes() == np.percentile(v, qs).tobytes()
+    assert intervals.unique(np.zeros(0, np.int64)).size == 0
+    assert not intervals.isin(np.arange(3), np.zeros(0, np.int64)).any()

@@ -1,3 +1,3 @@
-from trainready.cli import main
+from trainready.entry import main
 
 main()

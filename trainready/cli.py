@@ -442,9 +442,10 @@ def mfu(
 
 
 def main() -> None:
-    """The console entry point: the Typer app, except that a usage error (a missing option, a
-    value of the wrong type, no such command) is one line and exit code 2, as all bad input is,
-    where Typer would draw a box of several."""
+    """The Typer app, except that a usage error (a missing option, a value of the wrong type, no
+    such command) is one line and exit code 2, as all bad input is, where Typer would draw a box
+    of several. The console script is `trainready.entry:main`, which runs the plain `analyze`
+    before this module (Typer, rich, the runner) loads and hands everything else to this."""
     quick = quick_analyze(sys.argv[1:])  # `analyze TRACE`, parsed without Typer's pydantic
     if quick is not None:
         sys.exit(quick)

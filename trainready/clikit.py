@@ -7,10 +7,11 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from trainready.config import ConfigError
+from trainready.consoles import console as console  # re-exported: every command prints on it
+from trainready.consoles import err_console
 from trainready.core.store import StoreError
 
 try:  # typer vendors click (typer._click) from 0.2x on; before that it raises click's own errors
@@ -22,9 +23,6 @@ ClickException = click_errors.ClickException
 UsageError = click_errors.UsageError
 # click >= 8.2 raises it for a bare `trainready`, after printing the help.
 NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
-
-console = Console()
-err_console = Console(stderr=True)
 
 # `--import MODULE`, for the commands that touch a device (run, devices, profile).
 IMPORT_OPTION = typer.Option(

@@ -99,8 +99,8 @@ def window(trace: Trace, trim_last_step: bool = True) -> Window:
     last_start = max(s[1] for s in steps)
     device = trace.device_mask
     host_kept = ~device & (trace.ts < last_start)
-    launched = np.unique(trace.correlation[host_kept & (trace.correlation >= 0)])
-    device_kept = device & np.isin(trace.correlation, launched) & (trace.correlation >= 0)
+    launched = intervals.unique(trace.correlation[host_kept & (trace.correlation >= 0)])
+    device_kept = device & intervals.isin(trace.correlation, launched) & (trace.correlation >= 0)
     return Window(host_kept | device_kept, True, last_start)
 
 
@@ -212,7 +212,7 @@ def stream_gaps(trace: Trace, win: Window | None = None) -> dict[int, dict[str, 
     streams = trace.stream_of()[rows]
     launch = _launch_ts(trace, rows)
     out = {}
-    for stream in np.unique(streams).tolist():
+    for stream in intervals.unique(streams).tolist():
         on = streams == stream
         sel, lts = rows[on], launch[on]
         order = np.argsort(trace.ts[sel], kind="stable")
@@ -312,10 +312,35 @@ def launches(trace: Trace, win: Window | None = None) -> dict[str, np.ndarray]:
     }
 
 
+def percentiles(values: np.ndarray, percents: list[float]) -> np.ndarray:
+    """`np.percentile(values, percents)` (method "linear"), bit for bit, for a non-empty int
+    array: numpy's own steps (virtual index, neighbours, `_lerp`) on a sorted copy, without the
+    np.unique call numpy's partition makes, which imports numpy.ma (see `intervals.unique`).
+    Other dtypes (NaN handling) go to np.percentile."""
+    a = np.asarray(values)
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return np.percentile(a, percents)
+    a = np.sort(a, axis=None)
+    n = a.size
+    virtual = (n - 1) * np.true_divide(percents, 100)
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    above = virtual >= n - 1
+    prev[above] = -1
+    nxt[above] = -1
+    prev, nxt = prev.astype(np.intp), nxt.astype(np.intp)
+    gamma = np.asanyarray(virtual - prev, dtype=virtual.dtype)
+    lo, hi = a[prev], a[nxt]
+    diff = hi - lo
+    out = np.add(lo, diff * gamma)
+    np.subtract(hi, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe")
+    return out
+
+
 def _stats(values: np.ndarray) -> dict[str, Any]:
     if values.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None, "sum": 0}
-    p50, p90, p99 = np.percentile(values, [50, 90, 99]).tolist()
+    p50, p90, p99 = percentiles(values, [50, 90, 99]).tolist()
     return {"mean": float(values.mean()), "p50": p50, "p90": p90, "p99": p99,
             "max": int(values.max()), "sum": int(values.sum())}  # fmt: skip
 
@@ -327,7 +352,7 @@ def graph_launches(trace: Trace, rows: np.ndarray) -> np.ndarray:
         "graph_launch_names",
         lambda: np.array([i for i, s in enumerate(trace.strings) if "GraphLaunch" in s], np.int64),
     )
-    return np.isin(trace.name[rows], ids)
+    return intervals.isin(trace.name[rows], ids)
 
 
 def launch_stats(trace: Trace, win: Window | None = None) -> dict[str, Any]:
@@ -348,7 +373,7 @@ def launch_stats(trace: Trace, win: Window | None = None) -> dict[str, Any]:
         "count": int(single.sum()),
         "kernels": int((single & ~memory).sum()),
         "memory": int(memory.sum()),
-        "multi_launches": int(np.unique(pairs["launch"][graph]).size),
+        "multi_launches": int(intervals.unique(pairs["launch"][graph]).size),
         "multi_activities": int(graph.sum()),
         "cpu_ns": _stats(pairs["cpu_ns"][single]),
         "device_ns": _stats(pairs["device_ns"][single]),

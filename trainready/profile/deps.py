@@ -60,7 +60,7 @@ def _innermost_ops(trace: Trace, tracks: np.ndarray, ts: np.ndarray) -> np.ndarr
     """
     out = np.full(ts.size, -1, dtype=np.int64)
     ops = np.flatnonzero(trace.kind == KIND_CPU_OP)
-    for track in np.unique(tracks).tolist():
+    for track in intervals.unique(tracks).tolist():
         on = ops[trace.track[ops] == track]
         on = on[np.lexsort((-trace.dur[on], trace.ts[on]))]
         sel = np.flatnonzero(tracks == track)
@@ -108,7 +108,7 @@ def _sync_edges(trace: Trace, launch_edges: np.ndarray) -> np.ndarray:
     streams = trace.stream_of()
     act = launch_edges[:, 1]
     by_stream = {}
-    for s in np.unique(streams[act]).tolist():
+    for s in intervals.unique(streams[act]).tolist():
         sel = launch_edges[streams[act] == s]
         order = np.argsort(trace.ts[sel[:, 0]], kind="stable")
         by_stream[s] = (trace.ts[sel[order, 0]], sel[order, 1])
@@ -209,8 +209,8 @@ def critical_path(
     hi = int(trace.end.max()) + 1 if end_ns is None else end_ns
     host = np.flatnonzero((trace.kind == KIND_RUNTIME) & (trace.ts >= lo) & (trace.ts < hi))
     launch = graph.launch
-    launched = launch[np.isin(launch[:, 0], host), 1] if launch.size else launch[:, 0]
-    nodes = np.union1d(host, launched)
+    launched = launch[intervals.isin(launch[:, 0], host), 1] if launch.size else launch[:, 0]
+    nodes = intervals.unique(np.concatenate((host, launched)))
     group = np.full(len(trace), -1, dtype=np.int64)
     group[nodes] = 0
     return _walk(trace, nodes, graph, graph.binding(trace, group))
@@ -272,7 +272,7 @@ def step_critical_paths(trace: Trace, graph: Graph | None = None) -> list[dict[s
     for _, start, end in steps:
         host = runtime[np.searchsorted(run_ts, start) : np.searchsorted(run_ts, end)]
         launched = launch[np.searchsorted(launch_ts, start) : np.searchsorted(launch_ts, end), 1]
-        node_sets.append(np.union1d(host, launched))
+        node_sets.append(intervals.unique(np.concatenate((host, launched))))
     group = np.full(len(trace), -1, dtype=np.int64)
     for i, nodes in enumerate(node_sets):
         group[nodes] = i

@@ -5,6 +5,31 @@ from __future__ import annotations
 import numpy as np
 
 
+def unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` (sorted distinct values, flattened), without the masked-array check
+    numpy 2 makes first, which imports numpy.ma: a tenth of the cost of importing numpy, in a
+    process (`trainready analyze`) that never uses masked arrays."""
+    a = np.sort(np.asarray(values), axis=None)
+    if a.size > 1:
+        keep = np.empty(a.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(a[1:], a[:-1], out=keep[1:])
+        a = a[keep]
+    return a
+
+
+def isin(values: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """`np.isin(values, test)` for the int arrays of a trace, by binary search in the sorted
+    distinct `test` (np.isin's sort method takes np.unique's path that imports numpy.ma)."""
+    values = np.asarray(values)
+    table = unique(test)
+    if table.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.searchsorted(table, values)
+    at[at == table.size] = 0
+    return table[at] == values
+
+
 def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge possibly overlapping intervals [start, end) into sorted disjoint ones.
 
@@ -54,7 +79,7 @@ def sweep(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]:
     seg = np.diff(t)
     masks = running[:-1]
     out: dict[int, int] = {}
-    for mask in np.unique(masks).tolist():
+    for mask in unique(masks).tolist():
         out[int(mask)] = int(seg[masks == mask].sum())
     return out
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from trainready.peaks import PEAKS, match_kind
 from trainready.probes.flops import attention_backward_flops, attention_flops, linear_flops
+from trainready.profile import intervals
 from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_RUNTIME, Trace
 
 _DTYPES = {
@@ -269,7 +270,7 @@ def _device_time(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     a = np.zeros(ops.size, dtype=np.int64)
     b = np.zeros(ops.size, dtype=np.int64)
     run_track, op_track = trace.track[run], trace.track[ops]
-    for track in np.unique(op_track).tolist():
+    for track in intervals.unique(op_track).tolist():
         lo = np.searchsorted(run_track, track, side="left")
         hi = np.searchsorted(run_track, track, side="right")
         sel = np.flatnonzero(op_track == track)
@@ -374,7 +375,7 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
     """
     rows = np.flatnonzero((trace.kind == KIND_CPU_OP) & (trace.input_dims >= 0))
     wanted = {trace.symbol(n) for n in OPS} - {-1}
-    rows = rows[np.isin(trace.name[rows], np.array(sorted(wanted), dtype=np.int32))]
+    rows = rows[intervals.isin(trace.name[rows], np.array(sorted(wanted), dtype=np.int32))]
     device_ns, _ = _device_time(trace, rows)
     # Calls repeat a few shapes many times: decode and count each distinct one once.
     parsed: dict[int, Any] = {}

@@ -103,7 +103,7 @@ def user_calls(trace: Trace, rows: np.ndarray) -> list[str | None]:
     py_all = np.flatnonzero(trace.kind == KIND_PYTHON)
     labels: list[str | None] = [None] * rows.size
     names = trace.strings
-    for track in np.unique(trace.track[rows]).tolist():
+    for track in intervals.unique(trace.track[rows]).tolist():
         frames = py_all[trace.track[py_all] == track]
         frames = frames[np.lexsort((-trace.dur[frames], trace.ts[frames]))]
         on = np.flatnonzero(trace.track[rows] == track)
@@ -140,13 +140,13 @@ def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
     """For each given host row, "path:line function" of its innermost enclosing user frame."""
     py = np.flatnonzero(trace.kind == KIND_PYTHON)
     user_ids = {}
-    for sid in np.unique(trace.name[py]).tolist():
+    for sid in intervals.unique(trace.name[py]).tolist():
         frame = parse_frame(trace.strings[sid])
         if frame and is_user_frame(frame[0]):
             user_ids[sid] = f"{frame[0]}:{frame[1]} {frame[2]}"
-    py = py[np.isin(trace.name[py], np.array(list(user_ids) or [-1], dtype=np.int32))]
+    py = py[intervals.isin(trace.name[py], np.array(list(user_ids) or [-1], dtype=np.int32))]
     found = np.full(rows.size, -1, dtype=np.int64)
-    for track in np.unique(trace.track[rows]).tolist():
+    for track in intervals.unique(trace.track[rows]).tolist():
         frames = py[trace.track[py] == track]
         frames = frames[np.argsort(trace.ts[frames], kind="stable")]
         on = np.flatnonzero(trace.track[rows] == track)
@@ -188,7 +188,7 @@ def time_by_line(trace: Trace, top: int = 15) -> list[dict[str, Any]]:
 def _top_level(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """The rows not nested in another of the given rows on the same thread."""
     keep = []
-    for track in np.unique(trace.track[rows]).tolist():
+    for track in intervals.unique(trace.track[rows]).tolist():
         r = rows[trace.track[rows] == track]
         r = r[np.lexsort((-trace.dur[r], trace.ts[r]))]
         running_end = np.maximum.accumulate(trace.end[r])

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trainready.config import check_choice
-from trainready.core.store import Store
-from trainready.report import html, json_report, junit, markdown
-from trainready.report.model import Report, build_report
+if TYPE_CHECKING:  # the renderers load on first use: `report.numbers` stays light to import
+    from trainready.core.store import Store
+    from trainready.report.model import Report
 
 FORMATS = ("md", "json", "junit", "html")
 FILE_NAMES = {
@@ -23,12 +23,17 @@ FILE_NAMES = {
     "junit": "report.junit.xml",
     "html": "report.html",
 }
-_RENDERERS: dict[str, Callable[[Report], str]] = {
-    "md": markdown.render,
-    "json": json_report.render,
-    "junit": junit.render,
-    "html": html.render,
-}
+
+
+def _renderers() -> dict[str, Callable[[Report], str]]:
+    from trainready.report import html, json_report, junit, markdown
+
+    return {
+        "md": markdown.render,
+        "json": json_report.render,
+        "junit": junit.render,
+        "html": html.render,
+    }
 
 
 def render(
@@ -36,8 +41,11 @@ def render(
 ) -> str:
     """One report of `run_ids` (primary first, compared with the rest) in format `fmt`;
     `verdict_config`: a TOML file of readiness thresholds (default: the built-in ones)."""
+    from trainready.config import check_choice
+    from trainready.report.model import build_report
+
     check_choice("report format", fmt, FORMATS)
-    return _RENDERERS[fmt](build_report(store, run_ids, verdict_config))
+    return _renderers()[fmt](build_report(store, run_ids, verdict_config))
 
 
 def write_reports(
@@ -48,15 +56,18 @@ def write_reports(
     verdict_config: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write each format to `out_dir` (report.md, report.json, ...) and return the paths."""
+    from trainready.config import check_choice
+    from trainready.report.model import build_report
+
     formats = [check_choice("report format", f, FORMATS) for f in formats]
     # Read the store once, whatever the number of formats.
     report = build_report(store, run_ids, verdict_config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {}
+    paths, renderers = {}, _renderers()
     for f in formats:
         paths[f] = out / FILE_NAMES[f]
-        paths[f].write_text(_RENDERERS[f](report), encoding="utf-8")
+        paths[f].write_text(renderers[f](report), encoding="utf-8")
     return paths
 
 

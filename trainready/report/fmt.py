@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainready.report.model import NOT_RUN, RunState
+from trainready.report.numbers import number, percent
 
 # Hex colours work in CSS, SVG and rich alike. Green passes, reds fail, greys are gaps.
 STATUS_COLORS = {
@@ -45,42 +46,9 @@ def text(value: Any) -> str:
     return str(value)
 
 
-# Below this a number is written with an exponent (a relative error of 1e-9, say): anything
-# larger reads as a plain decimal, in prose and tables alike.
-SMALLEST_PLAIN = 1e-6
-
-
-def number(value: float) -> str:
-    """The one way numbers read in prose and tables: three significant digits or so, thousands
-    separated, no exponent for everyday magnitudes (0.000489, 1,120, 4.89)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    if not math.isfinite(value):
-        return str(value)
-    a = abs(value)
-    if a == 0:
-        return "0"
-    if a >= 1000:
-        return f"{value:,.0f}"
-    if a >= 100:
-        return f"{value:.1f}"
-    if a >= 1:
-        return f"{value:.2f}"
-    if a >= 0.001:
-        return f"{value:.4f}".rstrip("0")
-    if a >= SMALLEST_PLAIN:
-        digits = 2 - math.floor(math.log10(a))  # three significant digits
-        return f"{value:.{digits}f}".rstrip("0")
-    return f"{value:.2e}"
-
-
 def plural(n: int, noun: str, plural_form: str | None = None) -> str:
     """'1 case', '3 cases' (`plural_form` for irregular nouns)."""
     return f"{number(n)} {noun if n == 1 else plural_form or noun + 's'}"
-
-
-def percent(fraction: float) -> str:
-    return f"{fraction * 100:.1f}%"
 
 
 def seconds(value: float) -> str:
