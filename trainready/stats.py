@@ -12,10 +12,18 @@ under it (another job starting, clocks throttling). `drift` is how far a fixed r
 speed moved over the readings a run took of it; `widen` stretches an interval by that much each
 way, and over `MAX_DRIFT` a headline is inconclusive (`drift_why`). Pure Python (the report
 imports it without torch).
+
+Processes: timings taken in one process share its state (where its threads landed, its allocator,
+its compiled graphs, the machine's speed while it ran), so a rerun's new processes land elsewhere
+by more than one process's timing noise says. Where a figure pools several processes' timings,
+the process, not the timing, is the unit that is sampled: `between_processes` pools the scatter
+of each process's median around its group's mean (log scale) into one standard deviation, and
+`level_interval` is Student's t interval of a group's mean over its processes (`t_quantile`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -110,3 +118,62 @@ def drift_why(moved: float | None, where: str) -> str | None:
     if moved is None or moved <= MAX_DRIFT:
         return None
     return f"the machine's speed moved {moved:.0%} {where} (drift reference; over {MAX_DRIFT:.0%})"
+
+
+# Student's t two-sided 95% quantiles by degrees of freedom (few processes: few df, and the
+# normal's 1.96 would claim far more than two or three processes can support).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228}  # fmt: skip
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided `confidence` quantile of Student's t with `df` degrees of freedom: exact
+    (to 3 decimals) at 95% for df <= 10, else the Cornish-Fisher expansion about the normal's
+    (within 1% from df 5 on)."""
+    if df < 1:
+        raise ValueError("t_quantile needs at least one degree of freedom")
+    if confidence == 0.95 and df in _T95:
+        return _T95[df]
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def between_processes(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(sd, df): the standard deviation of a process's median time about its group's mean, on the
+    log scale (a fraction: 0.05 = processes scatter by about 5%), pooled over `groups` (each a list
+    of per-process medians: e.g. one per mode, so that eager and compiled processes together
+    estimate one scatter), with its degrees of freedom, sum(len(group) - 1). (0.0, 0) when no
+    group has two processes: then nothing in the run measured it."""
+    squares, df = 0.0, 0
+    for group in groups:
+        logs = [math.log(x) for x in group if x > 0]
+        if len(logs) < 2:
+            continue
+        mean = statistics.fmean(logs)
+        squares += sum((v - mean) ** 2 for v in logs)
+        df += len(logs) - 1
+    return (math.sqrt(squares / df), df) if df else (0.0, 0)
+
+
+def level_interval(
+    medians: Sequence[float], sd: float, df: int, confidence: float = CONFIDENCE
+) -> list[float] | None:
+    """The `confidence` interval of the level that these processes' medians scatter about:
+    exp(mean log ± t(df) * sd / sqrt(k)) over the k medians, `sd` and `df` from
+    `between_processes`; None when df is 0 (no scatter measured: no interval over processes)."""
+    logs = [math.log(x) for x in medians if x > 0]
+    if not df or not logs:
+        return None
+    mean, half = statistics.fmean(logs), t_quantile(df, confidence) * sd / math.sqrt(len(logs))
+    return [math.exp(mean - half), math.exp(mean + half)]
+
+
+def hull(*intervals: Sequence[float] | None) -> list[float]:
+    """The smallest interval holding every given one (None ones skipped)."""
+    given = [i for i in intervals if i is not None]
+    return [min(i[0] for i in given), max(i[1] for i in given)]

@@ -17,6 +17,10 @@ It measures two clocks:
   the train suite records the whole process's time apart (`process_s`);
 - steady steps: every later step, timed on the device (events where the backend has them).
 
+Around the steady steps it reads the drift reference (`probes.drift`: a fixed GEMM), after the
+first step (off its clock) and after the last (`reference_flops`): how fast the machine ran for
+this process, which the train suite compares across its processes and with the peak's calibration.
+
 MoE sizes dispatch routed (each token through its k experts only, `models.moe_dispatch`), so the
 FLOPs per token (active parameters only) are the FLOPs the step does; the record says which
 grouped GEMM ran (`moe_dispatch`).
@@ -58,7 +62,10 @@ from trainready.device import (
 )
 from trainready.models.moe_dispatch import implementation as moe_implementation
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
+from trainready.probes import ties
 from trainready.probes.compile import CompileProbe
+from trainready.probes.drift import reference_rate
+from trainready.probes.drift import workload as reference_workload
 from trainready.probes.flops import training_flops_per_token
 from trainready.probes.ops import OpsProbe
 
@@ -148,13 +155,14 @@ def rank_slice(tokens: torch.Tensor, rank: int, world: int) -> torch.Tensor:
 # --- model preparation (TorchTitan's order: activation checkpointing, compile, FSDP) ---------------
 
 
-def build_model(spec: TrainSpec, device: str) -> Qwen3:
-    """The model initialised from the seed (drawn on the CPU, so every device and rank agrees)."""
+def build_model(spec: TrainSpec, device: str) -> tuple[Qwen3, list[tuple[str, ...]]]:
+    """The model initialised from the seed (drawn on the CPU, so every device and rank agrees),
+    moved to the device as a user moves it, and the tied parameters that move broke apart."""
     model = Qwen3(qwen3_config(spec.model, **spec.model_overrides))
     model.init_weights(seed=spec.seed)
     if spec.dtype == "bf16" and spec.precision == "bf16_params" and not _distributed():
         model = model.to(torch.bfloat16)
-    return model.to(device)
+    return ties.move(model, device)
 
 
 def apply_activation_checkpointing(model: Qwen3) -> None:
@@ -353,11 +361,20 @@ def _ops_step(step: Step, tokens: torch.Tensor, device: str) -> dict[str, Any]:
     return record
 
 
+def _reference_reading(device: str, dtype: str) -> float | None:
+    """One reading of the drift reference (`probes.drift`), or None where it cannot be read: it
+    is evidence about the machine, never a reason for the training run to fail."""
+    try:
+        return reference_rate(device, dtype)
+    except Exception:  # noqa: BLE001 - an unreadable reference is an unknown drift
+        return None
+
+
 def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = None) -> dict:
     """Run `spec` on this process's device and return what was measured (see the module doc)."""
     device = device or spec.device
     torch.manual_seed(spec.seed)
-    model = build_model(spec, device)
+    model, broken_ties = build_model(spec, device)
     config = model.config
     # N as TorchTitan counts it: input embedding out unless tied, routed experts at top_k / E.
     params = num_params(model, exclude_embedding=True, active=True)
@@ -374,11 +391,15 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
     pending: list[torch.Tensor] = []
     with CompileProbe() as probe:
         step, loss0, first_step_s, parts = first_step(model, spec, device, batch, world)
+        # The drift reference, read after the first step (off its clock; step 1 is warm-up when
+        # warmup >= 1) and after the last: the machine's speed around this process's steps.
+        reference = [_reference_reading(device, spec.dtype)]
         for i in range(1, spec.steps):
             tokens = batch(i)
             timer.start()
             pending.append(step(tokens))
             step_times.append(timer.stop())
+        reference.append(_reference_reading(device, spec.dtype))
     losses = [loss0, *(x.item() for x in pending)]
     memory = memory_stats(device) or {}
     ops = _ops_step(step, batch(spec.steps), device) if spec.compile == "none" else None
@@ -391,6 +412,9 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         "first_step_phases": parts,
         "step_times_s": step_times,
         "clock": timer.clock,
+        "reference_flops": reference,
+        "reference_workload": reference_workload(device, spec.dtype),
+        "broken_ties": [list(g) for g in broken_ties],
         "losses": losses,
         "tokens_per_step": spec.tokens_per_step,
         "params": params,

@@ -27,15 +27,30 @@ on the device to the first step's loss, with setup, forward, backward and optimi
 steady steps (after `warmup`), peak memory, and the loss of every step. Then:
 
 - one steady rate per mode: the median of the steady steps of every scenario at the configured
-  shape (shape_change, at another, gets its own), with a bootstrap interval and the spread; tokens/s
-  and MFU (TorchTitan's 6N + 12LHQT FLOPs per token against the run's peak for the dtype) from it,
-  and the speedup, "inconclusive" with the reason when the steps cannot support it; every interval
-  widened by the machine's drift over the case (`case_drift`: cold and warm re-time the same work);
+  shape (shape_change, at another, gets its own), with its interval and the spread; tokens/s and
+  MFU (TorchTitan's 6N + 12LHQT FLOPs per token against the run's peak for the dtype) from it, and
+  the speedup, "inconclusive" with the reason when the case cannot support it. The interval is
+  what a rerun must meet, and a rerun starts new processes: so it is over processes, not steps
+  (each scenario is one). It is the hull of (a) the bootstrap interval of the pooled median (the
+  steps' noise) and (b) Student's t interval of the level the scenarios' steady medians scatter
+  about, that scatter pooled over modes and pools (`stats.between_processes`, `level_interval`:
+  with cold and warm, 2 degrees of freedom, t = 4.3; with one scenario, none, and (a) alone),
+  then widened by how far the drift reference moved: a fixed GEMM every training process reads
+  after its first step and after its last, and the peak's calibration read it too (`case_drift`;
+  the speedup, a ratio of modes timed in turn, by the move within the case alone). Inconclusive
+  when the reference moved over stats.MAX_DRIFT, when a mode's processes' medians differ by more
+  (a rerun's could land anywhere there), or when the steps are too few or too spread;
 - parity: the compiled loss curve against the eager one, scenario by scenario, step by step
   (`probes.numerics.loss_curve_compare`); a fast wrong run is `fail_numerics`;
 - the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, each
   scenario's own first step at its pool's rate, and the break-even step of compiled against eager
-  per scenario with its range over the speedup's interval (`trainready.ledger`).
+  per scenario with its range over the speedup's interval and first steps (one sample each)
+  moved by the case's drift (the larger of cold's and warm's medians apart and the reference's
+  move) (`trainready.ledger`).
+
+Measured on a 2-core machine under load (issue #17): a process's steps and its reference GEMM run
+either with both its threads on a core (the GEMM at ~700 GFLOP/s) or waiting on each other
+(5-10 GFLOP/s), so whole processes land 1.5-3x apart; a bootstrap over steps saw none of it.
 
 Options (`--set KEY=VALUE`; defaults for the cpu / for accelerators): model (debug / 1.7B),
 seq_len (64 / 4096), batch_size (4 / 2, global), steps (8 / 30), warmup (2 / 5), compile
@@ -57,6 +72,7 @@ its timed steps, the scenario is measured again without profiling (cold with a f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -76,6 +92,7 @@ from trainready.core.case import FAILING, STATUSES, Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.core.procs import guarded_command
 from trainready.device import compile_cache_env, device_type
+from trainready.probes import ties
 from trainready.probes.compile import backend_unsupported
 from trainready.probes.flops import peak_diagnostics
 from trainready.probes.numerics import loss_curve_compare
@@ -83,8 +100,12 @@ from trainready.probes.ops import fell_back
 from trainready.probes.timing import TimingStats
 from trainready.stats import (
     CONFIDENCE,
+    MAX_DRIFT,
+    between_processes,
     drift,
     drift_why,
+    hull,
+    level_interval,
     median_interval,
     ratio_interval,
     spread_why,
@@ -534,38 +555,88 @@ MAIN_POOL = "main"
 OWN_POOL = {"shape_change": "shape_change"}  # scenario -> its pool; every other: MAIN_POOL
 
 # A rate supports a conclusion (else it, the speedup and the break-even steps read
-# "inconclusive") with at least stats.MIN_SAMPLES steady steps per mode, a spread (IQR / median of
-# the pooled steps) of at most stats.MAX_SPREAD (above it the steps do not share one rate: a busy
-# machine, a noisy clock, scenarios running at different speeds) and, for the speedup, when its
-# stats.CONFIDENCE interval lies on one side of 1: otherwise either mode could be the faster per
-# step, so whether compiled ever breaks even is not known.
+# "inconclusive") when the drift reference moved at most stats.MAX_DRIFT during the case and since
+# the peak's calibration, the mode's processes' steady medians differ by at most as much, with at
+# least stats.MIN_SAMPLES steady steps per mode, a spread (IQR / median of the pooled steps) of at
+# most stats.MAX_SPREAD (above it the steps do not share one rate: a busy machine, a noisy clock,
+# scenarios running at different speeds) and, for the speedup, when its stats.CONFIDENCE interval
+# lies on one side of 1: otherwise either mode could be the faster per step, so whether compiled
+# ever breaks even is not known.
 
 
 def pool_of(scenario: str) -> str:
     return OWN_POOL.get(scenario, MAIN_POOL)
 
 
-# The drift reference of a train case is its own work re-timed: cold and warm train the same
-# model at the same shape (warm with the kernels cold compiled), so their steady medians differ
-# by the machine's speed and noise alone, and the modes take turns between them. arch_change
-# (another model) and shape_change (another shape) may differ for their own reasons.
+# What a rerun's intervals must meet, and what one case can measure of it. The steps of one
+# process share its state (where its threads landed, its allocator, its compiled graphs, the
+# machine's speed while it ran): a rerun starts new processes, whose steps can sit apart from
+# this run's by far more than the steps' own noise (on a quiet 2-core CI machine the compiled
+# rate moved from 7171-11488 to 5528-6321 tokens/s between two runs, each interval a bootstrap
+# over steps). Every scenario is a fresh process, so a case with several scenarios per mode
+# measures that scatter itself: the process is the unit sampled (`stats.between_processes`).
+#
+# And the machine itself: every training process reads the drift reference (a fixed GEMM,
+# `probes.drift`) after its first step and after its last, and a measured peak carries the reading
+# taken with its calibration; how far those readings moved (`stats.drift`) is how far the
+# machine's speed moved during the case and since the calibration, which every MFU is a share of.
+#
+# The cold and warm steady medians (the same model, shape and kernels; the modes take turns) are
+# kept as the case's first drift figure, as before: they move with the machine too.
 SAME_WORK = ("cold", "warm")
 DRIFT_WORKLOAD = "the steady steps of cold and warm (the same model, shape and kernels), per mode"
 
 
-def case_drift(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _reference(runs: dict[str, list[Scenario]] | None) -> list[float]:
+    """The drift reference's readings (FLOP/s) of every process of the case, in the order run."""
+    if not runs:
+        return []
+    turns = max((len(ss) for ss in runs.values()), default=0)
+    order = [ss[i] for i in range(turns) for ss in (runs.get(m, []) for m in MODES) if i < len(ss)]
+    return [float(x) for s in order if s.record for x in s.record.get("reference_flops") or [] if x]
+
+
+def case_drift(
+    summaries: dict[str, dict[str, Any]],
+    runs: dict[str, list[Scenario]] | None = None,
+    peak: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """How far the machine's speed moved over the case: {"workload", "readings_s" (per mode, the
-    steady median of each SAME_WORK scenario in the order run), "moved" (the largest
-    `stats.drift` of a mode's readings; None where no mode has two)}."""
+    steady median of each SAME_WORK scenario in the order run), "process_moved" (the largest
+    `stats.drift` of a mode's readings_s; None where no mode has two), "reference" (the drift
+    reference read in the training processes: {"workload", "readings_flops", "calibration_flops",
+    "moved_in_case" (over its readings), "moved" (and the calibration's)}, None if no process read
+    it), "moved" (the largest of process_moved and the reference's moved: the first steps, one
+    sample each, may have run that much faster or slower)}."""
     readings = {
         mode: [by[n]["step_s"] for n in SAME_WORK if by.get(n)] for mode, by in summaries.items()
     }
     moved = [d for xs in readings.values() if (d := drift([1 / x for x in xs if x > 0]))]
     known = any(len(xs) > 1 for xs in readings.values())
+    process_moved = max(moved, default=0.0) if known else None
+    found = _reference(runs)
+    reference = None
+    if found:
+        calibration = (peak or {}).get("reference_flops")
+        reference = {
+            "workload": next(
+                s.record.get("reference_workload")
+                for ss in (runs or {}).values()
+                for s in ss
+                if s.record and s.record.get("reference_flops")
+            ),
+            "readings_flops": found,
+            "calibration_flops": calibration,
+            "moved_in_case": drift(found),
+            "moved": drift(found + ([calibration] if calibration else [])),
+        }
+    figures = [x for x in (process_moved, reference and reference["moved"]) if x is not None]
     return {
         "workload": DRIFT_WORKLOAD,
         "readings_s": readings,
-        "moved": max(moved, default=0.0) if known else None,
+        "process_moved": process_moved,
+        "reference": reference,
+        "moved": max(figures) if figures else None,
     }
 
 
@@ -588,6 +659,7 @@ def scenario_summary(s: Scenario, warmup: int) -> dict[str, Any] | None:
         "spread": stats.spread,
         "steady_steps": stats.repeats,
         "steady_times_s": stats.samples,
+        "reference_flops": r.get("reference_flops"),
         "tokens_per_step": r["tokens_per_step"],
         "clock": stats.clock,
         "losses": r["losses"],
@@ -607,17 +679,84 @@ def _steady_samples(by_scenario: dict[str, Any], names: list[str]) -> list[float
     return [x for n in names if by_scenario.get(n) for x in by_scenario[n]["steady_times_s"]]
 
 
+def _process_medians(by_scenario: dict[str, Any], names: list[str]) -> list[float]:
+    return [by_scenario[n]["step_s"] for n in names if by_scenario.get(n)]
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """What a case measured of how far its processes sit apart, and how far the machine moved:
+    `sd` and `df` of the processes' steady medians (`stats.between_processes`, over every mode
+    and pool), `apart` the widest disagreement of one mode's processes in one pool (max over min
+    median, minus 1) and `apart_what` whose, `moved` the drift reference's move during the case
+    and since the peak's calibration (rates, MFU), `moved_in_case` during the case alone (the
+    speedup: a ratio of modes timed in turn on the machine as it is), and where it moved."""
+
+    sd: float = 0.0
+    df: int = 0
+    apart: float | None = None
+    apart_what: str = ""
+    moved: float | None = None
+    moved_in_case: float | None = None
+    where: str = "during the case"
+
+    @classmethod
+    def of(
+        cls, p: dict[str, Any], summaries: dict[str, dict[str, Any]], machine: dict[str, Any]
+    ) -> Scatter:
+        groups = {
+            (pool, mode): _process_medians(summaries.get(mode, {}), names)
+            for pool, names in _pools(p).items()
+            for mode in MODES
+        }
+        sd, df = between_processes(list(groups.values()))
+        aparts = {
+            key: d for key, xs in groups.items() if (d := drift([1 / x for x in xs if x > 0]))
+        }
+        worst = max(aparts, key=aparts.__getitem__, default=None)
+        what = ""
+        if worst is not None:
+            pool, mode = worst
+            what = f"{len(groups[worst])} {mode} processes'" + (
+                f" ({pool})" if pool != MAIN_POOL else ""
+            )
+        ref = machine.get("reference") or {}
+        where = "during the case" + (
+            " and since the peak's calibration" if ref.get("calibration_flops") else ""
+        )
+        apart = aparts[worst] if worst is not None else None
+        return cls(sd, df, apart, what, ref.get("moved"), ref.get("moved_in_case"), where)
+
+    def why(self) -> str | None:
+        """Why the case's rates stand for no single figure: the machine moved more than
+        stats.MAX_DRIFT, or one mode's processes differ by more (a rerun's processes could land
+        anywhere in that range, in either mode: the scatter is the case's); None if neither."""
+        if moved := drift_why(self.moved, self.where):
+            return moved
+        if self.apart is None or self.apart <= MAX_DRIFT:
+            return None
+        return (
+            f"the {self.apart_what} steady medians differ by {self.apart:.0%} "
+            f"(over {MAX_DRIFT:.0%}): a rerun's processes could land anywhere in that range"
+        )
+
+
 def steady_rate(
     mode: str,
     by_scenario: dict[str, Any],
     names: list[str],
     peak: dict[str, Any] | None,
-    moved: float | None = None,
+    scatter: Scatter | None = None,
 ) -> dict[str, Any] | None:
-    """One mode's steady rate over the scenarios `names`: the median of all their steady steps,
-    its bootstrap interval (`step_s_noise_interval`) widened by how far the machine's speed
-    `moved` over the case (`step_s_interval`) and the IQR spread; tokens/s and MFU from them;
-    why it is inconclusive, if it is (too few steps, too wide a spread, too large a drift)."""
+    """One mode's steady rate over the scenarios `names` (one process each): the median of all
+    their steady steps; its interval (`step_s_interval`) is the hull of the bootstrap interval of
+    that median (`step_s_noise_interval`: the steps' noise) and the t interval of the level the
+    processes' medians scatter about (`step_s_process_interval`, `stats.level_interval` with the
+    case's scatter: what a rerun's new processes may land on), widened by the drift reference's
+    move during the case and since the peak's calibration; tokens/s and MFU from them; why it is
+    inconclusive, if it is (the machine moved too far, the processes disagree, too few steps,
+    too wide a spread)."""
+    scatter = scatter or Scatter()
     found = [n for n in names if by_scenario.get(n)]
     if not found:
         return None
@@ -625,17 +764,25 @@ def steady_rate(
     samples = _steady_samples(by_scenario, found)
     stats = TimingStats.from_samples(samples, first["clock"])
     noise = list(median_interval(samples))
-    lo, hi = widen(noise, moved)
+    medians = _process_medians(by_scenario, found)
+    processes = level_interval(medians, scatter.sd, scatter.df)
+    lo, hi = widen(hull(noise, processes), scatter.moved)
     k = first["tokens_per_step"]
-    # The drift first: a machine that moved also spreads the pooled steps, and it is the cause.
-    why = drift_why(moved, "during the case") or spread_why(
-        f"steady {mode} steps", stats.spread, stats.repeats
+    # Too few steps first (no machine makes them enough); then the machine's move and the
+    # processes' disagreement (a machine that moved also spreads the pooled steps: the cause).
+    what = f"steady {mode} steps"
+    why = (
+        spread_why(what, 0.0, stats.repeats)
+        or scatter.why()
+        or spread_why(what, stats.spread, stats.repeats)
     )
     rate = {
         "scenarios": found,
         "steady_steps": stats.repeats,
         "step_s": stats.median_s,
         "step_s_noise_interval": noise,
+        "process_step_s": medians,
+        "step_s_process_interval": processes,
         "step_s_interval": [lo, hi],
         "spread": stats.spread,
         "tokens_per_step": k,
@@ -651,11 +798,19 @@ def steady_rate(
     return rate
 
 
-def inconclusive_why(rates: dict[str, dict[str, Any]], interval: list[float]) -> str | None:
-    """Why the rates support no conclusion about which mode is faster per step; None if they do."""
-    for rate in rates.values():
-        if rate["why"]:
-            return rate["why"]
+def inconclusive_why(
+    rates: dict[str, dict[str, Any]], interval: list[float], scatter: Scatter | None = None
+) -> str | None:
+    """Why the rates support no conclusion about which mode is faster per step; None if they do.
+    As a rate's reasons, but with the machine's move within the case only: one slower now than
+    at the peak's calibration slowed both modes alike, which leaves their ratio as it was."""
+    scatter = scatter or Scatter()
+    in_case = dataclasses.replace(scatter, moved=scatter.moved_in_case, where="during the case")
+    few = (spread_why(f"steady {m} steps", 0.0, r["steady_steps"]) for m, r in rates.items())
+    spread = (spread_why(f"steady {m} steps", r["spread"], None) for m, r in rates.items())
+    why = next((w for w in few if w), None) or in_case.why() or next((w for w in spread if w), None)
+    if why:
+        return why
     lo, hi = interval
     if lo <= 1 <= hi:
         return (
@@ -669,43 +824,58 @@ def speedup(
     by_mode: dict[str, dict[str, Any]],
     names: list[str],
     rates: dict[str, dict[str, Any]],
-    moved: float | None = None,
+    scatter: Scatter | None = None,
 ) -> dict[str, Any]:
-    """Compiled over eager steady speed on the pooled steps, with its bootstrap interval widened
-    by the machine's drift (a mode timed while the machine ran faster gains by as much) and
-    whether it is conclusive (and why not)."""
+    """Compiled over eager steady speed: the ratio of the pooled medians; its interval the hull
+    of the bootstrap interval of the ratio (the steps' noise) and the t interval over processes
+    (`process_interval`: the scenarios' eager over compiled medians, each a ratio of two
+    processes, so its scatter is the case's per-process scatter times sqrt 2), widened by the
+    drift reference's move during the case (a mode timed while the machine ran faster gains by as
+    much; a machine that moved since the calibration moved both modes alike); conclusive or why
+    not."""
+    scatter = scatter or Scatter()
     samples = {mode: _steady_samples(by_mode[mode], names) for mode in MODES}
     noise = list(ratio_interval(samples["eager"], samples["compiled"]))
-    lo, hi = widen(noise, moved)
-    why = inconclusive_why(rates, [lo, hi])
+    paired = [n for n in names if all(by_mode[m].get(n) for m in MODES)]
+    ratios = [by_mode["eager"][n]["step_s"] / by_mode["compiled"][n]["step_s"] for n in paired]
+    processes = level_interval(ratios, scatter.sd * math.sqrt(2), scatter.df)
+    lo, hi = widen(hull(noise, processes), scatter.moved_in_case)
+    why = inconclusive_why(rates, [lo, hi], scatter)
     return {
         "value": rates["eager"]["step_s"] / rates["compiled"]["step_s"],
         "noise_interval": noise,
+        "process_interval": processes,
         "interval": [lo, hi],
         "conclusive": why is None,
         "why": why or "",
     }
 
 
+def _pools(p: dict[str, Any]) -> dict[str, list[str]]:
+    pools: dict[str, list[str]] = {}
+    for name in p["scenarios"]:
+        pools.setdefault(pool_of(name), []).append(name)
+    return pools
+
+
 def pooled_rates(
     p: dict[str, Any],
     summaries: dict[str, dict[str, Any]],
     peak: dict[str, Any] | None,
-    moved: float | None = None,
+    scatter: Scatter | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{pool: {"eager": rate, "compiled": rate, "speedup": ...}}: each mode's rate per pool, and
-    the speedup where both modes have one, every interval widened by the case's drift `moved`."""
-    pools: dict[str, list[str]] = {}
-    for name in p["scenarios"]:
-        pools.setdefault(pool_of(name), []).append(name)
+    the speedup where both modes have one, every interval over the case's `scatter`."""
     out: dict[str, dict[str, Any]] = {}
-    for pool, names in pools.items():
+    for pool, names in _pools(p).items():
         by_mode = {mode: summaries.get(mode, {}) for mode in MODES}
         rates = {
-            m: r for m in MODES if (r := steady_rate(m, by_mode[m], names, peak, moved)) is not None
+            m: r
+            for m in MODES
+            if (r := steady_rate(m, by_mode[m], names, peak, scatter)) is not None
         }
         if len(rates) == len(MODES):
-            rates["speedup"] = speedup(by_mode, names, rates, moved)
+            rates["speedup"] = speedup(by_mode, names, rates, scatter)
         if rates:
             out[pool] = rates
     return out
@@ -778,6 +948,17 @@ def _problems(runs: dict[str, list[Scenario]]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _broken_ties(runs: dict[str, list[Scenario]]) -> str | None:
+    """The tied parameters a training process's move to the device broke (`probes/ties.py`),
+    as one line; None where every move kept them (or no process said)."""
+    for scenarios in runs.values():
+        for s in scenarios:
+            if s.record and s.record.get("broken_ties"):
+                groups = [tuple(g) for g in s.record["broken_ties"]]
+                return ties.describe(groups, s.record["device"])
+    return None
+
+
 def _add_first_step_x(summaries: dict[str, dict[str, Any]], rates: dict[str, Any]) -> None:
     """Each first step in steady steps of its mode's pooled rate."""
     for mode, by_scenario in summaries.items():
@@ -810,11 +991,17 @@ def judge(
         mode: {s.name: scenario_summary(s, warmup) for s in scenarios}
         for mode, scenarios in runs.items()
     }
-    machine = case_drift(summaries)
-    rates = pooled_rates(p, summaries, peak, machine["moved"])
+    machine = case_drift(summaries, runs, peak)
+    scatter = Scatter.of(p, summaries, machine)
+    machine["between_processes"] = {"sd": scatter.sd, "df": scatter.df}
+    rates = pooled_rates(p, summaries, peak, scatter)
     _add_first_step_x(summaries, rates)
     statuses = [s.status for scenarios in runs.values() for s in scenarios]
     problems = _problems(runs)
+    broken = _broken_ties(runs)
+    if broken:  # the model trained is not the one built: every number is of another model
+        statuses.append("fail_numerics")
+        problems = {"model": {"status": "fail_numerics", "error": broken}, **problems}
     parity: dict[str, Any] = {}
     ledgers: dict[str, Any] = {}
     for name in p["scenarios"]:

@@ -94,14 +94,20 @@ def _interval(bounds: list, show) -> str:  # noqa: ANN001 - a fmt function
 
 
 def _steps(rate: dict) -> str:
-    return f"{rate['steady_steps']} steps, spread {fmt.percent(rate['spread'])}"
+    processes = len(rate.get("process_step_s") or rate["scenarios"])
+    return (
+        f"{rate['steady_steps']} steps in {fmt.plural(processes, 'process', 'processes')}, "
+        f"spread {fmt.percent(rate['spread'])}"
+    )
 
 
 def drift_text(r: Result) -> str:
-    """The case's drift reference as a note reads it: what moved, and by how much, or unknown."""
+    """The case's drift as a note reads it: cold → warm medians, the drift reference read in the
+    training processes (and at the peak's calibration), the processes' scatter; or unknown."""
     machine = r.diagnostics.get("drift_reference")
     if not isinstance(machine, dict) or machine.get("moved") is None:
-        return "machine drift unknown (cold and warm not both run in a mode)"
+        return "machine drift unknown (cold and warm not both run in a mode, no drift reference)"
+    parts = []
     medians = "; ".join(
         f"{mode} {' → '.join(fmt.number(x * 1e3) for x in xs)} ms"
         for mode, xs in sorted(
@@ -109,14 +115,33 @@ def drift_text(r: Result) -> str:
         )
         if len(xs) > 1
     )
-    return f"machine drift {fmt.percent(machine['moved'])} (steady step medians cold → warm: {medians})"
+    if medians:
+        parts.append(f"steady step medians cold → warm: {medians}")
+    ref = machine.get("reference") or {}
+    if ref.get("readings_flops"):
+        xs = ref["readings_flops"]
+        text = (
+            f"drift reference {ref['workload']}: {fmt.number(min(xs) / 1e9)}–"
+            f"{fmt.number(max(xs) / 1e9)} GFLOP/s in the training processes"
+        )
+        if ref.get("calibration_flops"):
+            text += f", {fmt.number(ref['calibration_flops'] / 1e9)} at the peak's calibration"
+        parts.append(text)
+    between = machine.get("between_processes") or {}
+    if between.get("df"):
+        parts.append(f"processes scatter {fmt.percent(between['sd'])} ({between['df']} df)")
+    return f"machine drift {fmt.percent(machine['moved'])} ({'; '.join(parts)})"
 
 
-def _widened(noise: list | None, show, moved: bool) -> str:  # noqa: ANN001 - a fmt function
-    """' (timing noise A–B, widened by the drift)' where the drift widened an interval."""
-    if not noise or not moved:
+def _widened(noise: list | None, show, moved: bool, processes: list | None = None) -> str:  # noqa: ANN001
+    """' (timing noise A–B, over processes C–D, widened by the drift)': what the interval is
+    made of, where it is more than the timing noise."""
+    if not noise or not (moved or processes):
         return ""
-    return f" (timing noise {_interval(noise, show)}, widened by the drift)"
+    parts = [f"timing noise {_interval(noise, show)}"]
+    if processes:
+        parts.append(f"over processes {_interval(processes, show)}")
+    return f" ({', '.join(parts)}{', widened by the drift' if moved else ''})"
 
 
 def speedup_stat(r: Result) -> Stat | None:
@@ -125,9 +150,16 @@ def speedup_stat(r: Result) -> Stat | None:
     sp = rates.get("speedup")
     if not sp:
         return None
-    moved = bool((r.diagnostics.get("drift_reference") or {}).get("moved"))
+    machine = r.diagnostics.get("drift_reference") or {}
+    # Widened by the reference's move within the case (a ratio of modes timed in turn); a record
+    # from before the reference was read in the training processes: by the cold → warm drift.
+    moved = bool(
+        (machine["reference"] or {}).get("moved_in_case")
+        if "reference" in machine
+        else machine.get("moved")
+    )
     interval = f"{CONFIDENCE:.0%} interval {_interval(sp['interval'], fmt.ratio)}" + _widened(
-        sp.get("noise_interval"), fmt.ratio, moved
+        sp.get("noise_interval"), fmt.ratio, moved, sp.get("process_interval")
     )
     measured = f"{fmt.ratio(sp['value'])}, {interval}"
     sample = (
@@ -161,10 +193,12 @@ def rate_stat(r: Result) -> Stat | None:
     interval = _interval(rate["tokens_per_s_interval"], fmt.number)
     noise = rate.get("step_s_noise_interval")
     moved = bool((r.diagnostics.get("drift_reference") or {}).get("moved"))
+    k, over = rate["tokens_per_step"], rate.get("step_s_process_interval")
     widened = _widened(
-        [rate["tokens_per_step"] / noise[1], rate["tokens_per_step"] / noise[0]] if noise else None,
+        [k / noise[1], k / noise[0]] if noise else None,
         fmt.number,
         moved,
+        [k / over[1], k / over[0]] if over else None,
     )
     note = f"{CONFIDENCE:.0%} interval {interval}{widened}; {_steps(rate)}; {drift_text(r)}; {mfu}"
     return Stat(label, rate["tokens_per_s"], fmt.number, note)
@@ -390,10 +424,12 @@ def rates_table(r: Result, label: str) -> Table | None:
     dispatch = _moe_dispatch(r)
     caption = (
         f"{label} — steady rate per mode: the median of every steady step of the scenarios at "
-        f"one shape, its {CONFIDENCE:.0%} bootstrap interval and spread (IQR / median); speedup "
+        f"one shape, its {CONFIDENCE:.0%} interval (the steps' bootstrap and Student's t over "
+        f"the scenarios' processes) and spread (IQR / median); speedup "
         f"= eager / compiled step time; inconclusive below {MIN_SAMPLES} steps or over "
         f"{MAX_SPREAD:.0%} spread or {MAX_DRIFT:.0%} drift, or when the speedup's interval "
-        "includes 1; intervals widened by the machine's drift over the case: "
+        "includes 1, or the processes differ by over the drift limit; intervals widened by the "
+        "machine's drift over the case: "
         f"{drift_text(r)}; "
         f"MFU {r.diagnostics.get('peak_label', '')}"
         + (f"; MoE dispatch {dispatch} (MFU counts the active experts)" if dispatch else "")
