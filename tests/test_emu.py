@@ -402,6 +402,59 @@ def test_linear_adamw_steps_match_the_cpu(emu) -> None:
     emu(_check_training_parity)
 
 
+def _check_tied_parameters_on_move() -> None:
+    _emu()
+    from torch import nn
+
+    from trainready.probes.ties import move
+
+    def tied() -> nn.Module:
+        m = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
+        m[1].weight = m[0].weight
+        return m
+
+    # PyTorch's default for a PrivateUse1 backend: a new Parameter per module, the tie broken.
+    model, broken = move(tied(), "emu")
+    assert broken == [("0.weight", "1.weight")], broken
+    assert model[0].weight is not model[1].weight
+    # The fix a backend or user applies: the move swaps tensors into the same Parameters.
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model, broken = move(tied(), "emu")
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
+    assert broken == [] and model[0].weight is model[1].weight
+
+
+def test_a_move_to_emu_breaks_ties_and_the_swap_flag_keeps_them(emu) -> None:
+    emu(_check_tied_parameters_on_move)
+
+
+def _check_parity_names_the_broken_tie() -> dict:
+    _emu()
+    from trainready.core.case import Case
+    from trainready.core.context import CaseContext
+    from trainready.core.worker import execute_case
+    from trainready.models.synthetic import BASE
+    from trainready.suites import parity
+
+    config = {**BASE, "embeddings": "tied"}
+    params = {"source": "synthetic", "model": "embeddings=tied", "config": config,
+              "mode": "eager", "dtype": "fp32", "steps": 3}  # fmt: skip
+    case = Case("parity", "synthetic/embeddings=tied/eager/fp32", params)
+    out = execute_case(parity, case, CaseContext("emu", "fp32", 300.0))
+    return {"status": out.status, **{k: out.diagnostics.get(k) for k in ("error", "broken_ties")}}
+
+
+def test_parity_on_emu_fails_a_tied_model_naming_the_broken_tie(emu) -> None:
+    """The synthetic model whose LM head shares the embedding: on emu the move untied them, so the
+    embedding's gradient lacks the head's part; the case fails and says why first."""
+    out = emu(_check_parity_names_the_broken_tie)
+    assert out["status"] == "fail_numerics"
+    assert out["broken_ties"] == [["tok_embeddings.weight", "output.weight"]]
+    assert out["error"].startswith("tied parameters came apart on .to('emu')"), out["error"]
+
+
 def _check_autocast() -> None:
     _emu()
     a, b = torch.randn(4, 4, device="emu"), torch.randn(4, 4, device="emu")

@@ -153,6 +153,30 @@ def test_no_allclose_shortcut_a_one_percent_error_everywhere_fails_in_fp32(matmu
     assert not judge(small, (small * 1.01).float(), noise_rmse(small, small.float()), "fp32").ok
 
 
+def test_the_floor_is_what_one_rounding_loses_below_the_dtypes_range():
+    """A reference below the dtype's smallest subnormal rounds to zero: no fp32 computation can
+    return it, and every honest run returns 0 too (noise 0). The floor is then what that one
+    rounding loses, its whole rms (HF efficientnet's stem gradients, 1e-97 in float64). In the
+    normal range the floor stays u times the rms: zeros for a 1e-30 tensor still fail, and so
+    does a 1% error in a subnormal one."""
+    g = torch.Generator().manual_seed(0)
+    tiny = torch.randn(256, dtype=torch.float64, generator=g) * 1e-97
+    assert tiny.float().eq(0).all()
+    v = judge(tiny, tiny.float(), 0.0, "fp32")
+    assert v.ok and v.threshold == v.errors["rmse"] == v.errors["ref_rms"]
+    assert judge(tiny, tiny.float(), 0.0, "bf16").ok  # bf16 has fp32's range
+    assert not judge(tiny * 1e67, torch.zeros(256), 0.0, "fp32").ok  # 1e-30: normal range
+    assert not judge(tiny, torch.full((256,), 1e-45), 0.0, "fp32").ok  # not zero: off
+    normal = torch.randn(256, dtype=torch.float64, generator=g)
+    v = judge(normal, normal.float(), 0.0, "fp32")
+    assert v.threshold == UNIT_ROUNDOFF["fp32"] * v.errors["ref_rms"]
+    sub = normal * 1e-40  # subnormal in fp32: a few bits kept, its rounding's loss is the floor
+    rounded = sub.float()
+    v = judge(sub, rounded, 0.0, "fp32")
+    assert v.ok and v.threshold > UNIT_ROUNDOFF["fp32"] * v.errors["ref_rms"]
+    assert not judge(sub, (sub * 1.01).float(), 0.0, "fp32").ok
+
+
 def test_small_tensors_take_at_least_the_pooled_relative_noise():
     big = torch.linspace(-1, 1, 4096, dtype=torch.float64)
     loss = torch.tensor(2.0, dtype=torch.float64)

@@ -106,12 +106,13 @@ def test_a_reordered_op_is_the_plain_op_up_to_rounding_and_two_seeds_round_it_ap
 
 
 def test_what_has_no_sum_to_reorder_runs_as_the_plain_op():
-    """A depthwise convolution (its kernel's sum stays in order: "passed") and a batch norm's
-    forward give the plain op's bits: the CPU sums a batch norm's statistics in float64 (its
-    float32 mean is float64's, rounded once), so no order of that sum rounds differently."""
+    """A depthwise convolution that cannot be mirrored (its last stride-2 window stops short of
+    the input's end, so its kernel's sum stays in order: "passed") and a batch norm's forward
+    give the plain op's bits: the CPU sums a batch norm's statistics in float64 (its float32
+    mean is float64's, rounded once), so no order of that sum rounds differently."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 4, 6, 6, generator=g), torch.randn(4, 1, 3, 3, generator=g)
-    depthwise = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 4)
+    depthwise = (x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 4)
     out, mode = _reordered(aten.convolution.default, depthwise, torch.float32, seed=1)
     assert torch.equal(out[0], aten.convolution.default(*depthwise))
     assert mode.counts == {"passed": 1}
@@ -122,6 +123,62 @@ def test_what_has_no_sum_to_reorder_runs_as_the_plain_op():
     assert not mode.counts
     assert torch.equal(out[1], x.double().mean((0, 2, 3)).float())
     assert not torch.equal(x.mean((0, 2, 3)), out[1])  # a float32 sum would not be
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_mirrored_depthwise_conv_is_the_plain_op_and_two_seeds_mirror_it_differently(stride):
+    """A depthwise convolution has no channel sum to reorder: mirroring its spatial dimensions
+    (conv(flip(x), flip(w)) = flip(conv(x, w)) where its last window ends on the padded input's
+    end: stride 1, or stride 2 on 9 + 2 - 2 - 1 = 8 positions) reverses its kernel's sum and its
+    backward's sums over the output positions. Consecutive seeds never mirror a call alike."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 9, 9, dtype=torch.float64, generator=g)
+    w = torch.randn(4, 1, 3, 3, dtype=torch.float64, generator=g)
+    conf = ([stride] * 2, [1, 1], [1, 1], False, [0, 0], 4)
+    fwd = (x, w, torch.randn(4, dtype=torch.float64, generator=g), *conf)
+    grad = torch.randn_like(aten.convolution.default(*fwd)) + 3  # a mean: long sums round
+    bwd = (grad, x, w, [4], *conf, MASK)
+    for op, args in ((aten.convolution.default, fwd), (aten.convolution_backward.default, bwd)):
+        plain = _outputs(op(*args))
+        outs = {}
+        for seed in (1, 2):
+            exact, mode = _reordered(op, _cloned(args, torch.float64), torch.float64, seed)
+            for p, r in zip(plain, exact, strict=True):
+                assert (r - p).abs().max() <= 1e-14 * max(p.abs().max(), 1.0)
+            outs[seed], mode32 = _reordered(op, _cloned(args, torch.float32), torch.float32, seed)
+        # the backward also permutes the batch; the forward is mirrored by one seed at least
+        assert not torch.equal(outs[1][0], outs[2][0])
+
+
+@pytest.mark.parametrize(
+    ("transposed", "stride", "dilation", "size"),
+    [(True, 2, 1, 9), (False, 2, 2, 10), (False, 3, 1, 11), (False, 1, 2, 7), (False, [2], [1], 9)],
+)
+def test_mirroring_a_strided_dilated_or_transposed_conv_is_exact(
+    transposed, stride, dilation, size
+):
+    """Where `_flips` mirrors (transposed without output padding; a last window that ends on the
+    padded input's end), the result is the plain op's up to rounding, for every pattern; stride,
+    padding and dilation may come as one-entry lists (HF efficientnet's convolutions do)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, size, size + 1, dtype=torch.float64, generator=g)
+    w = torch.randn(4, 6, 3, 2, dtype=torch.float64, generator=g)  # (C_in, C_out) or (C_out, C_in)
+    if not transposed:
+        w = w.transpose(0, 1).contiguous()
+    if isinstance(stride, list):  # one-entry lists, which aten expands to every dimension
+        conf = (stride, [1], dilation, transposed, [0], 1)
+    else:
+        conf = ([stride] * 2, [1, 1], [dilation] * 2, transposed, [0, 0], 1)
+    fwd = (x, w, None, *conf)
+    grad = torch.randn_like(aten.convolution.default(*fwd))
+    bwd = (grad, x, w, None, *conf, [True, True, False])
+    for op, args in ((aten.convolution.default, fwd), (aten.convolution_backward.default, bwd)):
+        plain = _outputs(op(*args))
+        for seed in range(1, 5):  # consecutive seeds: every mirroring pattern of the eligible dims
+            exact, _ = _reordered(op, _cloned(args, torch.float64), torch.float64, seed)
+            for p, r in zip(plain, exact, strict=True):
+                assert r.shape == p.shape
+                assert (r - p).abs().max() <= 1e-14 * max(p.abs().max(), 1.0)
 
 
 def test_a_channels_last_net_keeps_its_layout_and_its_results():

@@ -15,7 +15,9 @@ The rule (`judge`, `judge_many`; DESIGN.md "Probes" -> numerics says why):
   allowance is widened by exp(3.5 / sqrt(n)) (x1.06 at 4096 entries, x1.55 at 64).
 - The floor is relative: u(dtype) (unit roundoff: 2^-24 fp32, 2^-8 bf16, 2^-11 fp16) times the
   tensor's own rms, one rounding of the tensor -- so a gradient with an rms of 7e-5 gets a floor
-  of 4e-12 in fp32, not an absolute 1e-6.
+  of 4e-12 in fp32, not an absolute 1e-6. Below the dtype's normal range one rounding loses
+  more than u (a subnormal's fewer bits; zero below the smallest subnormal): there the floor is
+  what rounding the reference once to the dtype really loses (`rounding_floor`).
 - Tensors of fewer than SMALL_NUMEL elements estimate their own noise from a handful of values:
   their noise is at least the case's median relative noise times their rms (`pooled`).
 - No allclose shortcut: an elementwise rtol of 1.6e-2 (bf16) passes a 1% error in every entry.
@@ -216,6 +218,31 @@ CURVE_ALLOWANCE = 10.0
 CURVE_FLOOR = 2.0**-20
 
 
+# The dtype whose range bounds a case dtype's results (fp64: none below its own).
+_RANGE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def rounding_floor(ref: torch.Tensor, dtype: str, ref_rms: float) -> float:
+    """The error of rounding the reference once to `dtype`: u(dtype) times its rms, or, where
+    entries lie below the dtype's normal range (smallest normal: 1.2e-38 in fp32 and bf16,
+    6.1e-5 in fp16), the rms of what that rounding really loses there, whichever is larger. A
+    subnormal keeps fewer bits than u promises, and a value below the smallest subnormal
+    (1.4e-45 in fp32) rounds to zero: no computation at the dtype can return it (HF
+    efficientnet's stem gradients, rms 1e-97 in float64: exactly 0 in every fp32 run)."""
+    floor = UNIT_ROUNDOFF[dtype] * ref_rms
+    low = _RANGE.get(dtype)
+    if low is None or not ref.numel():
+        return floor
+    finite = ref[torch.isfinite(ref)]
+    small = finite.abs() < torch.finfo(low).tiny
+    if not small.any():
+        return floor
+    # the loss where it exceeds u's promise, as an rms over the whole tensor (a tensor that
+    # rounds to zero throughout loses exactly its own rms, computed as rmse computes it)
+    lost = torch.where(small, finite - finite.to(low).to(finite.dtype), 0.0)
+    return max(floor, _rms(lost))
+
+
 def noise_rmse(ref64: torch.Tensor, baseline: torch.Tensor) -> float:
     """The rms error of an honest same-dtype result `baseline` against the reference; inf where
     it went non-finite and the reference did not (then no finite result can be judged worse)."""
@@ -261,7 +288,7 @@ def judge(
     failed, ref, actual, errors = _measure(ref64, device_out, dtype)
     if failed is not None:
         return failed
-    floor = UNIT_ROUNDOFF[dtype] * errors["ref_rms"]
+    floor = rounding_floor(ref, dtype, errors["ref_rms"])
     widen = sampling(int(torch.isfinite(ref).sum()))
     allowance = ALLOWANCE[dtype] if allowance is None else allowance
     threshold = allowance * widen * noise + floor

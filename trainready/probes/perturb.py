@@ -146,7 +146,9 @@ def _stochastic(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> to
     return torch.where(u < frac, other, near)
 
 
-Perms = dict[int, torch.Tensor]  # dimension -> the order its entries are taken in
+# dimension -> the order its entries are taken in; None: reversed (a mirrored convolution's
+# orders apply to tensors of different lengths along the same dimension)
+Perms = dict[int, torch.Tensor | None]
 
 
 def _take(t: torch.Tensor | None, perms: Perms) -> torch.Tensor | None:
@@ -154,12 +156,17 @@ def _take(t: torch.Tensor | None, perms: Perms) -> torch.Tensor | None:
     if t is None:
         return None
     for d, p in perms.items():
-        t = t.index_select(d, p)
+        t = t.flip(d) if p is None else t.index_select(d, p)
     return t
 
 
+def _mirror(dims: list[int]) -> Perms:
+    """Each dimension of `dims` reversed, whatever its length (None: `_take`)."""
+    return dict.fromkeys(dims)
+
+
 def _inverse(perms: Perms) -> Perms:
-    return {d: torch.argsort(p) for d, p in perms.items()}
+    return {d: None if p is None else torch.argsort(p) for d, p in perms.items()}
 
 
 def _grouped(local: torch.Tensor, groups: int) -> torch.Tensor:
@@ -209,6 +216,8 @@ class IndependentRounding(TorchDispatchMode):
         self.targets = _TARGET[dtype]
         self.stochastic = dtype != "fp32"
         self.gen = torch.Generator().manual_seed(seed)
+        self.seed = seed
+        self._shared = torch.Generator().manual_seed(0)  # the same draws in every run (`_flips`)
         self.counts: Counter[str] = Counter()
         self._kind: dict[Any, str] = {}
 
@@ -316,35 +325,75 @@ class IndependentRounding(TorchDispatchMode):
         local = self._perms((0,), torch.Size([channels // groups]))
         return ({0: _grouped(local[0], groups)}, local) if local else ({}, {})
 
+    def _flips(self, x: torch.Tensor, w: torch.Tensor, conf: tuple) -> list[int]:
+        """The spatial dimensions to mirror, a pattern at random, among those where a
+        convolution commutes with mirroring: conv(flip(x), flip(w)) = flip(conv(x, w)) exactly
+        when the last output window ends on the last padded input position, (H + 2p - d(K - 1)
+        - 1) % s == 0 (always at stride 1); transposed, when there is no output padding. A
+        mirrored call runs the same kernel over the positions in reverse order: its sums over
+        the kernel's window (forward, grad_input) and over the output positions (grad_weight,
+        grad_bias: the batch's order alone leaves most of that long sum in place) round
+        differently."""
+        stride, padding, dilation, transposed, output_padding = (
+            [c[0]] * (x.dim() - 2) if isinstance(c, (list, tuple)) and len(c) == 1 else c
+            for c in conf
+        )  # a one-entry list stands for every spatial dimension, as aten expands it
+        out = []
+        for i in range(x.dim() - 2):
+            d, size, k = i + 2, x.shape[i + 2], w.shape[i + 2]
+            if transposed:
+                ok = output_padding[i] == 0
+            else:
+                ok = (size + 2 * padding[i] - dilation[i] * (k - 1) - 1) % stride[i] == 0
+            if ok and (size > 1 or k > 1):
+                out.append(d)
+        if not out:
+            return out
+        # Two spatial dimensions have only four mirrorings: two seeds choosing alike (one call
+        # in four) would sum that call alike, and miss its rounding (HF swin2sr's upsampling
+        # conv: 1/20 of the plain run's bias-gradient error). Seeds take consecutive patterns
+        # from a start every run draws alike, so any two consecutive seeds differ in every call.
+        start = int(torch.randint(1 << len(out), (1,), generator=self._shared).item())
+        pattern = (start + self.seed) % (1 << len(out))
+        return [d for i, d in enumerate(out) if pattern >> i & 1]
+
     def _conv(self, func: Any, args: tuple) -> Any:
         """convolution: the input channels in a random order within each group (an output sums
-        over its group's input channels and the kernel). A depthwise convolution (one channel a
-        group) has only its kernel's sum, left in order: counted as "passed"."""
-        x, transposed, groups = args[0], args[6], args[8]
+        over its group's input channels and the kernel) and the spatial dimensions mirrored at
+        random (`_flips`: the kernel's sum reversed). One with neither (a depthwise convolution
+        with no dimension to mirror) runs in order: counted as "passed"."""
+        x, w, transposed, groups = args[0], args[1], args[6], args[8]
         channels, local = self._channels(x.shape[1], groups)
-        if not channels:
+        flips = self._flips(x, w, args[3:8])
+        if not channels and not flips:
             self.counts["passed"] += 1
             return func(*args)
         self.counts["conv"] += 1
         # weight: (C_in, C_out/groups, *k) transposed, else (C_out, C_in/groups, *k)
-        w_perms = channels if transposed else {1: local[0]}
-        return _permuted_call(func, args, {0: {1: channels[0]}, 1: w_perms}, ({},))
+        w_perms = (channels if transposed else ({1: local[0]} if local else {})) | _mirror(flips)
+        x_perms = ({1: channels[0]} if channels else {}) | _mirror(flips)
+        out_perms = _mirror(flips)
+        return _permuted_call(func, args, {0: x_perms, 1: w_perms}, (out_perms,))
 
     def _conv_backward(self, func: Any, args: tuple) -> Any:
         """convolution_backward: the batch in a random order (grad_weight and grad_bias sum over
-        it) and the output channels within each group (grad_input sums over them)."""
-        grad, transposed, groups = args[0], args[7], args[9]
+        it), the output channels within each group (grad_input sums over them) and the spatial
+        dimensions mirrored at random (`_flips`)."""
+        grad, x, w, transposed, groups = args[0], args[1], args[2], args[7], args[9]
         batch = self._perms((0,), grad.shape)
         channels, local = self._channels(grad.shape[1], groups)
-        if not batch and not channels:
+        flips = self._flips(x, w, args[4:9])
+        if not batch and not channels and not flips:
             self.counts["passed"] += 1
             return func(*args)
         self.counts["conv"] += 1
         # weight: (C_in, C_out/groups, *k) transposed, else (C_out, C_in/groups, *k)
-        w_perms = {1: local[0]} if transposed and local else channels
+        w_perms = ({1: local[0]} if transposed and local else channels) | _mirror(flips)
         out_channels = {1: channels[0]} if channels else {}
-        arg_perms = {0: batch | out_channels, 1: batch, 2: w_perms}
-        return _permuted_call(func, args, arg_perms, (batch, w_perms, channels))
+        g_perms = batch | out_channels | _mirror(flips)
+        x_perms = batch | _mirror(flips)
+        arg_perms = {0: g_perms, 1: x_perms, 2: w_perms}
+        return _permuted_call(func, args, arg_perms, (x_perms, w_perms, channels))
 
     def _norm(self, func: Any, args: tuple) -> Any:
         """Batch norm backward and group norm: the batch, the spatial positions and (group norm)
@@ -403,6 +452,24 @@ class IndependentRounding(TorchDispatchMode):
         arg_perms = {0: rows | cols, 1: rows | cols, 3: stats, 4: stats, 5: affine, 6: affine}
         return _permuted_call(func, args, arg_perms, (rows | cols, affine, affine))
 
+    def _grid_sampler(self, func: Any, args: tuple) -> Any:
+        """grid_sampler (forward and backward): its sampling coordinates, each moved one ulp
+        up, one down, or left in place, at random. They are the rounded result of elementwise arithmetic
+        (reference points plus predicted offsets, scaled), which an independent computation
+        rounds independently -- yet the plain run's inputs reach them through no reordered sum
+        where the offsets' weights start at zero (deformable attention). Bilinear sampling has a
+        kink at every pixel boundary: a coordinate that lands on one takes one side's slope in
+        float64 and may take the other's at the dtype, an O(1) change of its gradient that the
+        honest runs then make too (HF deformable_detr: sampling_offsets gradients 1e5 times
+        the noise of runs that all sampled the same float32 coordinates)."""
+        g = 2 if func in _GRID_BACKWARDS else 1
+        grid = args[g]
+        step = torch.randint(-1, 2, grid.shape, generator=self.gen)
+        moved = torch.nextafter(grid, torch.where(step > 0, torch.inf, -torch.inf).to(grid.dtype))
+        grid = torch.where(step == 0, grid, moved)
+        self.counts["grid"] += 1
+        return func(*args[:g], grid, *args[g + 1 :])
+
     def _reordered(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """fp32: a convolution or a norm with its sums in a random order, or None for any other
         op (or one called with keyword arguments, which autograd never does)."""
@@ -458,7 +525,11 @@ class IndependentRounding(TorchDispatchMode):
         return self._rounded(out, hp)
 
 
+_GRID_BACKWARDS = {aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default}
+_GRID_SAMPLERS = {aten.grid_sampler_2d.default, aten.grid_sampler_3d.default, *_GRID_BACKWARDS}
+
 _REORDERS = {
+    **dict.fromkeys(_GRID_SAMPLERS, IndependentRounding._grid_sampler),
     aten.convolution.default: IndependentRounding._conv,
     aten.convolution_backward.default: IndependentRounding._conv_backward,
     aten.native_group_norm.default: IndependentRounding._norm,

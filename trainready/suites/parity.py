@@ -23,9 +23,17 @@ routes by top-k (MoE), eager: the device's routing decisions are recorded and re
 reference and the baselines, and judged on their own (`_pin`, `probes/routing.py`); its
 auxiliary loss is compared as a tensor of its own.
 
-Also per case: eager runs the first step twice and reports any difference (non-determinism) and
-records its aten ops, host round-trips and CPU fallbacks (`probes/ops.py`); compile records
-graph breaks, recompiles, frames left to eager and compile time (`probes/compile.py`).
+Also per case: eager runs the first step under the ops probe, records its aten ops, host
+round-trips and CPU fallbacks (`probes/ops.py`), and reports any difference from the training
+run's own first step (non-determinism); compile records graph breaks, recompiles, frames left to
+eager and compile time (`probes/compile.py`).
+
+Shared CPU runs: the cases of one model in a stored run (eager and compiled, fp32 and bf16) need
+the same float64 reference and the same plain CPU run at a dtype (the compiled case's baseline,
+on the CPU also the eager case's device run): the first case to need one computes it, the others
+load its very tensors from RUN_DIR/parity_shared/ (`parity_cache.py`; `shared_runs` names what a
+case loaded). A compiled case compiles first, so the eager case beside it computes those runs
+meanwhile. A routed eager case records its routing in its device run (no second device run).
 
 Statuses: `unsupported` (the model cannot be built here, or its numerics cannot be judged here,
 with the reason), `fail_run` (the model
@@ -46,8 +54,9 @@ threads=N` sets the CPU threads per case (default 1: tiny models run fastest sin
 `--baseline DIR[:RUN_ID]` compares every case with the same case of a stored run (another device)
 through the small summaries each case stores (`parity_baseline.py`).
 
-Compile caches: inductor's on-disk caches (FX graph, kernels) live in its default cache directory,
-which every worker of a run (and later runs) share; `torch._dynamo.reset()` before each compiled
+Compile caches: inductor's on-disk caches (FX graph, kernels) live in its default cache directory
+(or TORCHINDUCTOR_CACHE_DIR), which every worker of a run (and later runs) share: a graph two
+cases compile alike is compiled once; `torch._dynamo.reset()` before each compiled
 case clears only dynamo's in-memory state, so recompiles and graph breaks are counted per case.
 """
 
@@ -57,7 +66,7 @@ import contextlib
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +78,7 @@ from trainready.core.concurrency import cpu_threads
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, torch_dtype
 from trainready.models.families import MODALITIES
+from trainready.probes import ties
 from trainready.probes.compile import CompileProbe, backend_unsupported
 from trainready.probes.numerics import (
     SMALL_NUMEL,
@@ -84,6 +94,7 @@ from trainready.probes.ops import OpsProbe
 from trainready.probes.perturb import KAPPA2, IndependentRounding
 from trainready.probes.routing import Flips, Routing, flips
 from trainready.suites import parity_baseline
+from trainready.suites.parity_cache import Shared
 from trainready.suites.parity_engine import (
     Data,
     Spec,
@@ -130,6 +141,12 @@ STEPS = 20
 SEED = 0
 # The seeds of the two independently rounded runs that are the CPU's own baseline.
 INDEPENDENT_SEEDS = (1, 2)
+# More independently rounded runs, only for a case whose loss curve alone fails against the two:
+# a model whose honest runs jump discretely (ResNet's BatchNorm: 5 of 8 seeds jump at steps 3-5)
+# gets too tight a curve tolerance from two runs that did not. Run while they cost at most
+# CURVE_SEEDS_BUDGET_S (estimated from the first two).
+CURVE_SEEDS = (3, 4, 5, 6, 7, 8)
+CURVE_SEEDS_BUDGET_S = 60.0
 # The smoke preset's Hugging Face types: one dense decoder and one MoE.
 SMOKE_HF_TYPES = ("llama", "qwen3_moe")
 # The quick preset's sample of the task zoo: fast types, two or three per modality (the whole
@@ -175,8 +192,14 @@ def _grid(cfg: RunConfig) -> dict[str, list[tuple[str, str]]]:
     dtypes = ["fp32", "bf16"] if cfg.preset == "full" else ["fp32"]
     if cfg.dtype:
         dtypes = [cfg.dtype]
-    modes = _list(cfg.options.get("modes")) or list(MODES)
-    hf_modes = ["eager"] if cfg.preset in ("smoke", "quick") else list(MODES)
+    return _pairs(cfg.preset, dtypes, cfg.options)
+
+
+def _pairs(
+    preset: str, dtypes: list[str], options: dict[str, Any]
+) -> dict[str, list[tuple[str, str]]]:
+    modes = _list(options.get("modes")) or list(MODES)
+    hf_modes = ["eager"] if preset in ("smoke", "quick") else list(MODES)
     pairs = {
         "hf": [(m, d) for m in hf_modes for d in dtypes if m in modes],
         "synthetic": [(m, d) for m in MODES for d in dtypes if m in modes],
@@ -301,11 +324,14 @@ def _worst(verdicts: dict[str, Verdict], n: int) -> list[dict[str, Any]]:
 
 
 def _short(v: Verdict) -> dict[str, Any]:
-    keys = ("rmse", "ref_rms", "noise_rmse", "floor", "max_abs", "max_rel", "cosine", "nonfinite")
+    keys = ("rmse", "ref_rms", "noise_rmse", "floor", "max_abs", "max_rel", "cosine", "nonfinite",
+            "missing_on_device")  # fmt: skip
     return {k: v.errors[k] for k in keys if k in v.errors}
 
 
 def describe(entry: dict[str, Any]) -> str:
+    if entry.get("missing_on_device"):
+        return f"{entry['tensor']} missing on the device"
     if entry["rule"] in ("shape", "nonfinite"):
         return f"{entry['tensor']} {entry['rule']} mismatch"
     return f"{entry['tensor']} rmse ratio {entry['ratio']:.3g}"
@@ -343,12 +369,13 @@ def _ops_json(report) -> dict[str, Any]:
     return d
 
 
-def _reference(subject: Subject, data: Data, steps: int):
-    """The float64 CPU run. A model that runs in float32 but not in float64 (it hard-codes a
-    float32 tensor somewhere, or its float64 path overflows to NaN) has no reference here:
-    `unsupported`, with the error -- nothing a device does could be judged against it."""
+def _reference(subject: Subject, data: Data, steps: int, shared: Shared):
+    """The float64 CPU run (computed once per run for every case of the model: `shared`). A model
+    that runs in float32 but not in float64 (it hard-codes a float32 tensor somewhere, or its
+    float64 path overflows to NaN) has no reference here: `unsupported`, with the error --
+    nothing a device does could be judged against it."""
     try:
-        ref = train(subject.model, data, Spec("cpu", "fp64", steps))
+        ref = shared.train(subject.model, data, Spec("cpu", "fp64", steps), "reference")
     except Exception as e:
         if is_oom(e):
             raise
@@ -405,18 +432,41 @@ class _CompileFailed(Exception):  # noqa: N818 - carries the compile error, not 
     pass
 
 
-def _eager(subject: Subject, data: Data, spec: Spec, phase: _Timed, out: Outcome) -> Trace:
-    """Eager on the device: the first step twice (ops probe; determinism), then the run."""
+def _eager(
+    subject: Subject,
+    data: Data,
+    spec: Spec,
+    phase: _Timed,
+    out: Outcome,
+    shared: Shared | None,
+    around: contextlib.AbstractContextManager | None = None,
+) -> Trace:
+    """Eager on the device: the first step under the ops probe, then the run (on the CPU the
+    same run as a compiled case's CPU baseline: `shared`; under `around`, a routing recorder,
+    where given), whose first step is the probed one's second (determinism)."""
     with phase("ops"):
         probed, ops = _ops_step(subject, data, spec)
-        again = first_step(subject.model, data, spec)
-    det = determinism(probed, again)
     out.diagnostics["ops"] = _ops_json(ops)
-    out.diagnostics["determinism"] = det.__dict__
     out.metrics |= ops.metrics()
+    try:
+        with phase("train"), around or contextlib.nullcontext():
+            if shared is None:
+                dev = train(subject.model, data, spec)
+            else:
+                dev = shared.train(subject.model, data, spec, "device run")
+    except Exception:
+        with phase("ops"):  # the run failed: its first step again on its own
+            _determinism(probed, first_step(subject.model, data, spec), out)
+        raise
+    _determinism(probed, dev, out)
+    return dev
+
+
+def _determinism(probed: Trace, again: Trace, out: Outcome) -> None:
+    """Two eager first steps on the device, bit for bit (`again`'s first step: a run's)."""
+    det = determinism(probed, again)
+    out.diagnostics["determinism"] = det.__dict__
     out.metrics["nondeterministic_tensors"] = float(len(det.differing))
-    with phase("train"):
-        return train(subject.model, data, spec)
 
 
 def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: Outcome) -> Trace:
@@ -477,7 +527,8 @@ class Baseline:
         how = (
             "fp32 compute, stochastically rounded to the dtype at every op"
             if self.dtype != "fp32"
-            else "GEMMs and sums in fp32 in a random reduction order"
+            else "GEMMs, sums, convolutions (channels, batch, mirrored positions) and norms in "
+            "fp32 in a random reduction order; grid-sample coordinates moved an ulp"
         )
         text = f"two CPU runs at {self.dtype} rounding independently ({how}); noise = their spread"
         if self.routed:
@@ -516,20 +567,24 @@ class Baseline:
             return curve_noise(ref, self.runs[0].curve)
         kappa = self._kappa()
         # Each run's deviation is within rounding noise of the other's: their difference is the
-        # spread, (x - r) - (y - r) = x - y, relative to the reference.
-        first, second = (curve_noise(ref, r.curve) for r in self.runs)
+        # spread, (x - r) - (y - r) = x - y, relative to the reference (over consecutive runs,
+        # where `_more_curve_runs` added some).
+        own = [curve_noise(ref, run.curve) for run in self.runs]
         out = []
         for i, r in enumerate(ref):
-            x, y = self.runs[0].curve[i : i + 1], self.runs[1].curve[i : i + 1]
-            if not (x and y and math.isfinite(x[0] + y[0] + r)):
+            steps = [run.curve[i : i + 1] for run in self.runs]
+            if not (all(steps) and math.isfinite(sum(x[0] for x in steps) + r)):
                 out.append(math.inf)
                 continue
-            spread = abs(x[0] - y[0]) / max(abs(r), 1e-30) / (math.sqrt(2.0) * kappa)
-            # Each run's own deviation is two more samples of the curve's noise: a curve's
-            # largest deviation over its steps is about one sample (neighbouring steps share
-            # it), too few to bound a correct run's by. (A systematic error the runs share
-            # loosens the curve then; the tensors judge that one.)
-            out.append(max(spread, first[i] / kappa, second[i] / kappa))
+            spread = max(
+                abs(x[0] - y[0]) / max(abs(r), 1e-30) / (math.sqrt(2.0) * kappa)
+                for x, y in zip(steps, steps[1:], strict=False)
+            )
+            # Each run's own deviation is more samples of the curve's noise: a curve's largest
+            # deviation over its steps is about one sample (neighbouring steps share it), too
+            # few to bound a correct run's by. (A systematic error the runs share loosens the
+            # curve then; the tensors judge that one.)
+            out.append(max(spread, *(o[i] / kappa for o in own)))
         return out
 
 
@@ -580,20 +635,21 @@ def _check(subject: Subject, ref: Trace, dev: Trace, base: Baseline, dtype: str,
 
 
 # The IndependentRounding counts of ops it rounded differently from the plain run.
-_ROUNDED = ("recomputed", "gemm", "sum", "conv", "norm", "inplace")
+_ROUNDED = ("recomputed", "gemm", "sum", "conv", "norm", "grid", "inplace")
 
 
 def _independent(
-    subject: Subject, data: Data, dtype: str, steps: int
+    subject: Subject, data: Data, dtype: str, steps: int, seeds: tuple[int, ...] = INDEPENDENT_SEEDS
 ) -> tuple[Baseline | None, str | None]:
-    """The CPU's own baseline: two independently rounded runs, or (None, why there is none)."""
+    """The CPU's own baseline: independently rounded runs (two by default), or (None, why there
+    is none)."""
     if dtype not in KAPPA2:
         return None, (
             f"the device is the CPU and {dtype} is the reference's own dtype: there is no second "
             "computation to judge it by"
         )
     runs, counts = [], Counter()
-    for seed in INDEPENDENT_SEEDS:
+    for seed in seeds:
         mode = IndependentRounding(dtype, seed)
         try:
             with mode:
@@ -609,20 +665,50 @@ def _independent(
     return Baseline("independent", tuple(runs), dtype, _routed(subject.traits), dict(counts)), None
 
 
-def _pin(
-    subject: Subject, data: Data, spec: Spec, dev: Trace, kind: str, dtype: str, out: Outcome
-) -> tuple[Trace, Trace, Baseline, Flips] | None:
-    """For a model that routes by top-k, eager: the device's routing decisions, recorded from a
-    second device run, replayed in the float64 reference and in the baselines of `kind` at
-    `dtype` (`probes/routing.py`): (reference, device run, baseline, the decisions judged), or
-    None when there is nothing to pin (no top-k calls), the runs' top-k calls do not line up, or
-    a pinned run fails (the unpinned path then runs, and says why where it fails too). It runs
-    before any unpinned reference or baseline: when pinning works, those are never needed."""
-    if kind == "independent" and dtype not in KAPPA2:
+def _only_the_curve_failed(out: Outcome) -> bool:
+    return out.diagnostics.get("tensors_failing") == 0 and not out.diagnostics["curve"]["ok"]
+
+
+def _more_curve_runs(
+    subject: Subject, data: Data, dtype: str, steps: int, out: Outcome, phase: Callable
+) -> Baseline | None:
+    """`CURVE_SEEDS` more independently rounded runs where they fit the budget (the first two
+    runs' time says), recorded in `curve_runs`; None where they do not fit or fail."""
+    per_run = out.metrics.get("t_independent_s", math.inf) / len(INDEPENDENT_SEEDS)
+    if per_run * len(CURVE_SEEDS) > CURVE_SEEDS_BUDGET_S:
+        out.diagnostics["curve_runs"] = (
+            f"{len(INDEPENDENT_SEEDS)}: {len(CURVE_SEEDS)} more would take about "
+            f"{per_run * len(CURVE_SEEDS):.0f} s (budget {CURVE_SEEDS_BUDGET_S:.0f} s)"
+        )
         return None
-    recorder = Routing()
-    with recorder:
-        recorded = train(subject.model, data, spec)
+    with phase("independent_curve"):
+        more, why = _independent(subject, data, dtype, steps, CURVE_SEEDS)
+    out.diagnostics["curve_runs"] = len(INDEPENDENT_SEEDS) + len(CURVE_SEEDS) if more else why
+    return more
+
+
+def _pinnable(kind: str, dtype: str) -> bool:
+    """Whether the baselines of `kind` exist at `dtype` to replay a routing in."""
+    return not (kind == "independent" and dtype not in KAPPA2)
+
+
+def _pin(
+    subject: Subject,
+    data: Data,
+    spec: Spec,
+    recorded: Trace,
+    recorder: Routing,
+    kind: str,
+    dtype: str,
+    out: Outcome,
+) -> tuple[Trace, Trace, Baseline, Flips] | None:
+    """For a model that routes by top-k, eager: the device's routing decisions, recorded by
+    `recorder` in the device run (`recorded`), replayed in the float64 reference and in the
+    baselines of `kind` at `dtype` (`probes/routing.py`): (reference, device run, baseline, the
+    decisions judged), or None when there is nothing to pin (no top-k calls), the runs' top-k
+    calls do not line up, or a pinned run fails (the unpinned path then runs, and says why where
+    it fails too). It runs before any unpinned reference or baseline: when pinning works, those
+    are never needed."""
     if not recorder.log:
         return None
     seeds = INDEPENDENT_SEEDS if kind == "independent" else (None,)
@@ -651,8 +737,7 @@ def _pin(
     if report.diverged is not None:
         return None
     pinned = Baseline(kind, tuple(runs), dtype, routed=False, counts=dict(counts))
-    judged = replace(recorded, first_step_s=dev.first_step_s, step_s=dev.step_s)
-    return ref, judged, pinned, report
+    return ref, recorded, pinned, report
 
 
 def _against_baseline(ref: str, case: Case, out: Outcome) -> list[str]:
@@ -677,6 +762,30 @@ def _declared_modality(p: dict[str, Any]) -> str:
     if source in ("synthetic", "factory"):
         return "text-decoder"  # both feed token ids to a causal LM
     return str(p.get("modality") or LIBRARY_MODALITY.get(str(source), "unknown"))
+
+
+# Params that do not change a CPU run of the model: the cases that differ only in them share it.
+_MODE_PARAMS = ("mode", "dtype", "compile_backend")
+
+
+def _shared(ctx: CaseContext, p: dict[str, Any], dtype: str, state: dict[str, Any]) -> Shared:
+    """The CPU runs this case shares with the other cases of its model in the run
+    (`parity_cache.py`): the float64 reference (every case of the model computes it) and the
+    plain CPU run at a dtype (the eager case's device run on the CPU, or its CPU baseline
+    elsewhere; the compiled case's CPU baseline). Written only when another planned case needs
+    it (`users`); nothing is shared outside a stored run."""
+    source = {"synthetic": "synthetic", "factory": "factory"}.get(str(p.get("source")), "hf")
+    dtypes = ["fp32", "bf16"] if ctx.preset == "full" else ["fp32"]
+    pairs = _pairs(ctx.preset, sorted({*dtypes, dtype}), ctx.options)[source]
+
+    def users(spec: Spec) -> int:
+        if spec.dtype == "fp64":
+            return len(pairs)
+        return sum(d == spec.dtype for _, d in pairs)
+
+    identity = {k: v for k, v in p.items() if k not in _MODE_PARAMS} | state
+    directory = None if ctx.run_dir is None else f"{ctx.run_dir}/parity_shared"
+    return Shared(directory, identity, users)
 
 
 def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
@@ -714,41 +823,66 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
 
     spec = Spec(ctx.device, dtype, steps, p.get("compile_backend") if mode == "compile" else None)
     kind = "independent" if device_type(ctx.device) == "cpu" and mode == "eager" else "cpu"
+    shared = _shared(ctx, p, dtype, {"router_loss": why_not, "text_only": text_only})
     pinned = None
     routed_eager = _routed(subject.traits) and mode == "eager"
     if routed_eager:
-        # Routed eager: the device run first, then reference and baselines replaying its
-        # routing (`_pin`); the unpinned ones below only when pinning does not work.
-        dev = _eager(subject, data, spec, phase, out)
-        with phase("routing"):
-            pinned = _pin(subject, data, spec, dev, kind, dtype, out)
+        # Routed eager: the device run first, recording its routing, then reference and
+        # baselines replaying it (`_pin`); the unpinned ones below only when pinning does not
+        # work, against a plain device run (timed under the recorder where pinned).
+        recorder = Routing() if _pinnable(kind, dtype) else None
+        dev = _eager(subject, data, spec, phase, out, None, recorder)
+        if recorder is not None:
+            with phase("routing"):
+                pinned = _pin(subject, data, spec, dev, recorder, kind, dtype, out)
+            if pinned is None:
+                with phase("train"):
+                    dev = train(subject.model, data, spec)
+    compiled, compile_error = None, None
+    if mode == "compile":
+        # Compiled first: the eager case of the model, beside it, meanwhile computes the CPU runs
+        # both need (`shared`). What compiling raised waits until the reference and the baseline
+        # have run, so the case ends as it would with them first.
+        before = ctx.current_phase
+        try:
+            compiled = _compiled(subject, data, spec, ctx, out)
+        except Exception as e:  # noqa: BLE001 - re-raised (or fail_compile) below
+            compile_error, failed_in = e, ctx.current_phase
     if pinned is not None:
         ref, dev, base, flipped = pinned
         why = None
     else:
         flipped = None
         with phase("reference"):
-            ref = _reference(subject, data, steps)
+            ref = _reference(subject, data, steps, shared)
         base, why = None, None
         if kind == "independent":
+            if not routed_eager:  # (a routed one ran first, above)
+                # the device run, on the CPU the compiled case's baseline (`shared`)
+                dev = _eager(subject, data, spec, phase, out, shared)
             with phase("independent"):
                 base, why = _independent(subject, data, dtype, steps)
         else:
             with phase("cpu_same_dtype"):
-                low = train(subject.model, data, Spec("cpu", dtype, steps))
+                low = shared.train(subject.model, data, Spec("cpu", dtype, steps), "cpu baseline")
             base = Baseline("cpu", (low,), dtype, _routed(subject.traits))
     out.diagnostics["same_dtype_baseline"] = base.describe() if base else f"none: {why}"
     if base is not None and base.counts:
         out.diagnostics["independent_rounding"] = base.counts
+    if shared.reused:
+        out.diagnostics["shared_runs"] = list(shared.reused)
 
     if mode == "compile":
-        try:
-            dev = _compiled(subject, data, spec, ctx, out)
-        except _CompileFailed as e:
-            out.status, out.diagnostics["error"] = "fail_compile", str(e)
+        if compile_error is not None and failed_in != before:
+            ctx.set_phase(failed_in)  # (one that left its phase ends in it, as it did first)
+        if isinstance(compile_error, _CompileFailed):
+            out.status, out.diagnostics["error"] = "fail_compile", str(compile_error)
             return out
-    elif not routed_eager:  # (a routed one ran first, above)
-        dev = _eager(subject, data, spec, phase, out)
+        if compile_error is not None:
+            raise compile_error
+        dev = compiled
+    elif not routed_eager and kind != "independent":  # (else it ran above)
+        dev = _eager(subject, data, spec, phase, out, shared)
 
     out.diagnostics["summary"] = parity_baseline.summary(dev.curve, dev.logits, ctx.device, dtype)
     if base is None:  # ran, but nothing honest to judge its numbers by: never a numerics pass
@@ -757,6 +891,15 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
         return out
     with phase("check"):
         problems = _check(subject, ref, dev, base, dtype, out)
+    if problems and _only_the_curve_failed(out) and base.kind == "independent":
+        more = _more_curve_runs(subject, data, dtype, steps, out, phase)
+        if more is not None:
+            base = replace(base, runs=base.runs + more.runs)
+            with phase("check"):
+                problems = _check(subject, ref, dev, base, dtype, out)
+    if dev.broken_ties:  # the cause of what the tensors show: named first
+        out.diagnostics["broken_ties"] = [list(g) for g in dev.broken_ties]
+        problems.insert(0, ties.describe(dev.broken_ties, ctx.device))
     if flipped is not None and flipped.beyond_noise:
         problems.append(
             f"top-k routing: {flipped.beyond_noise} of {flipped.flipped} decisions that differ "
