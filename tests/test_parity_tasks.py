@@ -234,3 +234,32 @@ def test_a_task_model_without_its_batch_or_forward_cannot_be_built():
 
     with pytest.raises(TypeError, match="abstract"):
         NoBatch()
+
+
+def test_a_logit_at_its_dtypes_lowest_is_a_masked_class():
+    """Chameleon masks its image-code logits at finfo(dtype).min, which float32 and float64 do
+    not share: such a logit becomes -inf (never a label, compared as masked); others stay."""
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.tensor([[0.5, torch.finfo(dtype).min, -3.0]], dtype=dtype)
+        out = hf_tasks._fields({"logits": logits, "pred_boxes": logits.clone()})
+        assert out["logits"].tolist() == [[0.5, float("-inf"), -3.0]]
+        assert torch.equal(out["pred_boxes"], logits)  # not a logits field: left alone
+
+
+def test_a_head_without_logits_trains_its_prediction_and_masks_and_skips_selections():
+    from trainready.models.task_losses import plan
+
+    x = torch.zeros(2, 3)
+    terms = plan({"last_hidden_state": x, "mean_predictions": x}, "TIME_SERIES_PREDICTION")
+    assert [(t.field, t.kind) for t in terms] == [("mean_predictions", "square")]
+    # SAM2: a one-class score's cross-entropy trains nothing: it is trained as a prediction (its
+    # square), and the masks beside it.
+    one = torch.zeros(2, 1, 1)
+    terms = plan({"object_score_logits": one, "iou_scores": x, "pred_masks": x}, "MASK_GENERATION")
+    assert [(t.field, t.kind) for t in terms] == [
+        ("object_score_logits", "square"),
+        ("pred_masks", "square"),
+    ]
+    # SuperPoint's keypoints are picked by a threshold and NMS: no gradient, never trained.
+    terms = plan({"keypoints": x, "scores": x}, "KEYPOINT_DETECTION")
+    assert [t.field for t in terms] == ["scores"]

@@ -69,3 +69,15 @@ def check_model(build: Callable[[str, int], TaskModel], name: str) -> None:
     random = [k for k in g1 if g1[k].grad is not None and not torch.equal(g1[k].grad, g2[k].grad)]
     assert not random, f"one batch, two gradients: the step is random ({random[:3]})"
     assert_trains(a, batch, torch.float64)
+
+
+def run_task_type(model_type: str, steps: int = 2):
+    """The parity case of one transformers task type (eager fp32 on the CPU): its Outcome."""
+    from trainready.core.case import Case
+    from trainready.core.context import CaseContext
+    from trainready.core.worker import execute_case
+    from trainready.suites import parity
+
+    params = {"source": "hf_task", "model": model_type, "mode": "eager", "dtype": "fp32"}
+    case = Case("parity", f"hf/{model_type}/eager/fp32", {**params, "steps": steps})
+    return execute_case(parity, case, CaseContext("cpu", "fp32", 300.0))

@@ -1,10 +1,13 @@
 """Keeping a float64 reference float64 through library code that upcasts to float32.
 
-Model libraries (diffusers, timm) write "compute this in at least float32" as `.float()`,
-`.to(torch.float32)` or `dtype=torch.float32` (timestep embeddings, norms, attention scores). In a
-float64 run that drops the reference to float32 there. `float32_as_float64()` is a torch-function
-mode under which those casts and factory dtypes give float64 instead; a task model enters it when
-its parameters are float64, so other runs execute the library's code unchanged.
+Model libraries (diffusers, timm, transformers) write "compute this in at least float32" as
+`.float()`, `.to(torch.float32)` or `dtype=torch.float32` (timestep embeddings, norms, attention
+scores), and make constants with no dtype at all (`torch.full(shape, float("-inf"))`,
+`torch.arange(n).float()`, `torch.tensor(0.5)`), which the default dtype makes float32. In a
+float64 run either drops the reference to float32 there. `float32_as_float64()` is a
+torch-function mode under which those casts and factory dtypes give float64 instead, and the
+default dtype is float64; a task model enters it when its parameters are float64, so other runs
+execute the library's code unchanged.
 `float_dtypes(fn)` lists the floating dtypes every aten op produced while `fn` ran (forward and
 backward): what a test asserts is {float64} for the reference.
 """
@@ -28,7 +31,17 @@ def _widen(value: Any) -> Any:
 
 
 class _Float32AsFloat64(TorchFunctionMode):
-    """`.float()`, float32 dtype arguments (positional or keyword) -> float64."""
+    """`.float()`, float32 dtype arguments (positional or keyword) -> float64; tensors made
+    with no dtype (the default dtype) -> float64."""
+
+    def __enter__(self):
+        self._default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self._default)
+        return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -5,7 +5,10 @@ attention masks, pixel values, raw audio or audio features, video frames, a time
 ids. Where models of one modality differ in layout, `Layout`s are tried in order (`LAYOUTS`) and
 the first the model runs with is kept: audio features either way round; a multimodal LM's image
 with as many placeholder tokens as its vision tower yields features (with each image's size,
-or as a list of images), else pixels beside the text, else its text alone.
+or as a list of images; a video LM's frames with video placeholders; a Q-Former's text prompt
+beside them), else pixels beside the text, else its text alone. A model in the image-text table
+with no visual feature method (a text-only LM, or one a `task_fixes` INPUTS entry lays out) gets
+its pixels beside the text from the first layout.
 
     inputs(model, config, task, seed, layout) -> {name: CPU tensor}, floating ones float32
     applies(layout, model, task)              -> whether trying that layout changes anything
@@ -90,10 +93,12 @@ def inputs(
         channels = getattr(config, "num_input_channels", 1)
         context = getattr(config, "context_length", SEQ_LEN)
         batch["past_values"] = torch.randn(BATCH, context, channels, generator=gen)
-    if task in IMAGE_TEXT and layout.images and layout.placeholders:
+    if task in IMAGE_TEXT and layout.images and layout.placeholders and _encoder(model):
         return _image_text(model, config, gen, vocab, layout)
     if task in IMAGE_TEXT and layout.images and "pixel_values" in sig:
         batch["pixel_values"] = _pixels(gen, config)
+    if "qformer_input_ids" in sig:  # a Q-Former's text prompt (InstructBLIP)
+        batch |= _qformer_prompt(config, gen)
     if "input_ids" in sig and (main == "input_ids" or task in _TEXT_AND_IMAGE + IMAGE_TEXT):
         if task == "MULTIPLE_CHOICE":
             batch["input_ids"] = _ids(gen, vocab, BATCH, 2, SEQ_LEN)
@@ -146,12 +151,31 @@ def _find(config: Any, *names: str) -> Any:
     return None
 
 
-def _placeholder(config: Any) -> int:
-    for key in ("image_token_id", "image_token_index"):
+def _encoder(model: nn.Module) -> str | None:
+    """The model's visual feature method: an image LM's, else a video LM's (InstructBLIP-Video:
+    its pixels are frames); None for a model that takes no images (a text-only LM in the table)."""
+    for name in ("get_image_features", "get_video_features"):
+        if callable(getattr(model, name, None)):
+            return name
+    return None
+
+
+def _placeholder(config: Any, video: bool = False) -> int:
+    kind = "video" if video else "image"
+    for key in (f"{kind}_token_id", f"{kind}_token_index"):
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value
-    raise ValueError("the config names no image token id")
+    raise ValueError(f"the config names no {kind} token id")
+
+
+def _qformer_prompt(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """The text prompt a Q-Former reads beside the image (InstructBLIP's instruction), in the
+    Q-Former's own vocabulary."""
+    qformer = getattr(config, "qformer_config", None)
+    vocab = int(getattr(qformer, "vocab_size", None) or hf.VOCAB_SIZE)
+    ids = _ids(gen, vocab, BATCH, SEQ_LEN // 2)
+    return {"qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
 
 
 def _image_text(
@@ -161,6 +185,8 @@ def _image_text(
     the model's vision tower yields features for it, then text. Patch-sequence towers (Qwen-VL
     style, `image_grid_thw`) get a 4 x 4 grid of flattened patches."""
     sig = inspect.signature(model.forward).parameters
+    encoder = _encoder(model)
+    video = encoder == "get_video_features"
     batch: dict[str, torch.Tensor] = {}
     if "image_grid_thw" in sig:
         v = _vision(config)
@@ -171,6 +197,8 @@ def _image_text(
         width = getattr(v, "in_channels", getattr(v, "num_channels", 3)) * temporal * patch**2
         batch["image_grid_thw"] = torch.tensor([[1, side, side]] * BATCH)
         batch["pixel_values"] = torch.randn(BATCH * side * side, width, generator=gen)
+    elif video:
+        batch["pixel_values"] = _pixels(gen, config, getattr(config, "num_frames", VIDEO_FRAMES))
     else:
         batch["pixel_values"] = _pixels(gen, config)
         if layout.image_list:
@@ -178,16 +206,19 @@ def _image_text(
         if layout.image_sizes:
             h, w = batch["pixel_values"].shape[-2:]
             batch["image_sizes"] = torch.tensor([[h, w]] * BATCH)
+    if "qformer_input_ids" in inspect.signature(getattr(model, encoder)).parameters:
+        batch |= _qformer_prompt(config, gen)  # the Q-Former reads it with the image
     with torch.no_grad():
-        feats = model.get_image_features(**batch)
+        feats = getattr(model, encoder)(**batch)
     rows = _feature_rows(feats)
     if rows % BATCH:
         raise ValueError(f"{rows} image features do not split over {BATCH} images")
-    image = torch.full((BATCH, rows // BATCH), _placeholder(config))
+    token = _placeholder(config, video)
+    image = torch.full((BATCH, rows // BATCH), token)
     ids = torch.cat([image, _ids(gen, vocab, BATCH, SEQ_LEN)], dim=1)
     batch |= {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     if "mm_token_type_ids" in sig:  # which tokens are image placeholders (M-RoPE positions)
-        batch["mm_token_type_ids"] = (ids == _placeholder(config)).long()
+        batch["mm_token_type_ids"] = (ids == token).long()
     return batch
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainready.models import hf
+from trainready.models import hf, task_fixes
+from trainready.models.float64 import float32_as_float64, is_float64
 from trainready.models.hf_inputs import (
     AUDIO_FRAMES,
     IMAGE_SIZE,
@@ -173,7 +174,7 @@ PLACEHOLDER_IDS = (
 )
 
 
-# Bool fields set so: a training step must not be random (SpecAugment masking), and a backbone
+# Fields set so: a training step must not be random (SpecAugment masking), and a backbone
 # must be built from its config rather than loaded from timm or a checkpoint.
 TASK_FLAGS: dict[str, Any] = {
     "mask_time_prob": 0.0,
@@ -181,6 +182,11 @@ TASK_FLAGS: dict[str, Any] = {
     "use_timm_backbone": False,
     "use_pretrained_backbone": False,
     "layerdrop": 0.0,
+    # DINOv3's training-time RoPE augmentation draws a random rescale, jitter and shift every
+    # forward (uniform_): float64 and float32 runs would draw different ones from one seed.
+    "pos_embed_rescale": None,
+    "pos_embed_jitter": None,
+    "pos_embed_shift": None,
 }
 
 
@@ -307,8 +313,8 @@ TASK_ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     ),
 }
 
-# Types that cannot be trained tiny here: the reason.
-UNSUPPORTED: dict[str, str] = {}
+# Types that cannot be trained tiny here: the reason (per-family ones in `task_fixes`).
+UNSUPPORTED: dict[str, str] = {**task_fixes.UNSUPPORTED}
 
 
 # --- the head -------------------------------------------------------------------------------------
@@ -327,8 +333,12 @@ def model_types() -> list[str]:
 
 
 def head(model_type: str) -> tuple[str, str]:
-    """(task, class name) of the head trained: the first of HEADS the type has."""
-    for task, table in _tables().items():
+    """(task, class name) of the head trained: the first of HEADS the type has (or the one
+    `task_fixes.HEAD` names)."""
+    tables = _tables()
+    if model_type in task_fixes.HEAD:
+        tables = {task_fixes.HEAD[model_type]: tables[task_fixes.HEAD[model_type]]}
+    for task, table in tables.items():
         name = table.get(model_type)
         if isinstance(name, (tuple, list)):
             name = name[0]
@@ -347,7 +357,7 @@ def tiny_config(model_type: str) -> Any:
     """The shrunk config of the type's head class (BuildError with the reason)."""
     _, name = head(model_type)
     cls = hf.import_class(name).config_class
-    fix = TASK_ADJUST.get(model_type)
+    fix = TASK_ADJUST.get(model_type) or task_fixes.ADJUST.get(model_type)
 
     def adjust(d: dict[str, Any]) -> None:
         if "vocab_size" in d and d["vocab_size"] is None:
@@ -385,17 +395,42 @@ class HFTask(TaskModel):
 
     def make_batch(self, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed + 1)
-        batch = inputs(self.model, self.model.config, self.task, seed, self.layout)
+        batch = _inputs(self.model, self.model_type, self.task, seed, self.layout)
         return {**batch, **labels(self.terms, gen, self.blank, self.finite)}
 
     def forward(self, **batch: torch.Tensor) -> TaskOutput:  # type: ignore[override]
         given = {k: v for k, v in batch.items() if not k.startswith("label:")}
-        out = fields(self.model(**given))
+        # The float64 reference stays float64 through the model's float32 casts and dtype-less
+        # constants (`models/float64.py`), as in the diffusers and timm zoos.
+        with float32_as_float64(is_float64(self.model)):
+            out = _fields(self.model(**given))
         losses = [
             term_loss(t, out[t.field], batch.get(f"label:{t.field}"), self.blank)
             for t in self.terms
         ]
         return TaskOutput(sum(losses), tensors(out[self.terms[0].field])[0])
+
+
+def _fields(out: Any) -> dict[str, Any]:
+    """The output's fields; a logit at its dtype's lowest value is a masked class (Chameleon masks
+    its image-code logits so, and float32's lowest is not float64's): made -inf, so it is never a
+    label and compares as masked."""
+    found = fields(out)
+    for k, v in found.items():
+        if "logits" in k and isinstance(v, torch.Tensor) and v.is_floating_point():
+            found[k] = v.masked_fill(v == torch.finfo(v.dtype).min, float("-inf"))
+    return found
+
+
+def _inputs(
+    model: nn.Module, model_type: str, task: str, seed: int, layout: Layout
+) -> dict[str, torch.Tensor]:
+    """The modality's synthetic inputs, then the type's own (`task_fixes.INPUTS`)."""
+    batch = inputs(model, model.config, task, seed, layout)
+    fix = task_fixes.INPUTS.get(model_type)
+    if fix is not None:
+        batch = fix(model, model.config, torch.Generator().manual_seed(seed + 2), batch)
+    return batch
 
 
 def build(model_type: str, seed: int = 0, config: Any = None) -> HFTask:
@@ -405,7 +440,7 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> HFTask:
         raise hf.BuildError(UNSUPPORTED[model_type])
     task, name = head(model_type)
     config = config if config is not None else tiny_config(model_type)
-    config._attn_implementation = "eager"
+    config._attn_implementation = task_fixes.ATTENTION.get(model_type, "eager")
     config._experts_implementation = "eager"
     torch.manual_seed(seed)
     with hf.quiet():
@@ -421,7 +456,7 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> HFTask:
             continue
         with torch.no_grad(), hf.quiet():
             try:
-                out = model(**inputs(model, config, task, 0, candidate))
+                out = model(**_inputs(model, model_type, task, 0, candidate))
             except Exception as e:  # noqa: BLE001 - the synthetic inputs do not fit this model
                 errors.append(hf.one_line(e))
                 continue
@@ -431,7 +466,7 @@ def build(model_type: str, seed: int = 0, config: Any = None) -> HFTask:
         raise hf.BuildError(f"{name} forward on synthetic inputs: {errors[0]}")
     why = None if layout.images else errors[0]  # the image layout first tried
     task_model = HFTask(model, model_type, task, plan(out, task), blank, layout, why)
-    outputs = fields(out)
+    outputs = _fields(out)
     for t in task_model.terms:
         value = outputs[t.field]
         if t.kind == "ce" and not value.isfinite().all():

@@ -4,7 +4,8 @@ Every loss is computed in promote_types(dtype, float32): transformers' losses ca
 which would compute the float64 reference's loss in float32. `plan` picks the outputs trained:
 every `*logits` output by cross-entropy against fixed random labels (never a class the model masks
 to -inf), a CTC head's logits by the CTC loss, `REGRESSED` outputs (detection boxes) and a head
-without logits (depth, spectrograms, backbone features) by the mean square of the prediction.
+without logits (depth, spectrograms, waveforms, forecasts, backbone features) by the mean square
+of the prediction (`PREDICTED` first).
 Detection heads so train against fixed per-query targets: no Hungarian matching, a discrete
 assignment that a rounding can flip.
 
@@ -34,7 +35,14 @@ class Term:
     shape: tuple[int, ...]
 
 
-REGRESSED = ("pred_boxes",)  # trained by their mean square next to the logits
+REGRESSED = ("pred_boxes", "pred_masks")  # trained by their mean square beside the rest
+# Outputs that select rather than predict (keypoints picked by a threshold and NMS): no gradient.
+SELECTED = ("keypoints",)
+# A head without logits trains on the first of these it outputs, else its first output: the
+# prediction a forecaster's or a vocoder's head makes, so the head itself gets gradients (a
+# TimesFM's first output is the backbone's hidden state; a TTS model with its vocoder outputs
+# the spectrogram first, the waveform computed from it last).
+PREDICTED = ("waveform", "mean_predictions", "prediction_outputs", "full_predictions")
 
 
 def tensors(value: Any) -> list[torch.Tensor]:
@@ -59,20 +67,26 @@ def fields(out: Any) -> dict[str, Any]:
 def plan(out: Any, task: str) -> list[Term]:
     """The outputs trained: CTC on the logits of a CTC head; else every `*logits` output by
     cross-entropy (and `REGRESSED` ones by their square); else the first output, by its square."""
-    found = {k: v for k, v in fields(out).items() if k != "loss" and tensors(v)}
+    found = {
+        k: v for k, v in fields(out).items() if k != "loss" and k not in SELECTED and tensors(v)
+    }
     if task == "CTC" and "logits" in found:
         return [Term("logits", "ctc", tuple(found["logits"].shape))]
     terms = [
         Term(k, "ce", tuple(v.shape))
         for k, v in found.items()
-        if "logits" in k and isinstance(v, torch.Tensor) and v.dim() >= 2
+        # (one class: its cross-entropy is 0 whatever the model does, so nothing would train)
+        if "logits" in k and isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[-1] > 1
     ]
     if terms:
         terms += [Term(k, "square", ()) for k in REGRESSED if k in found]
         return terms
     if not found:
         raise hf.BuildError(f"{type(out).__name__} has no floating output to train")
-    return [Term(next(iter(found)), "square", ())]
+    field = next((k for k in PREDICTED if k in found), next(iter(found)))
+    return [Term(field, "square", ())] + [
+        Term(k, "square", ()) for k in REGRESSED if k in found and k != field
+    ]
 
 
 def labels(

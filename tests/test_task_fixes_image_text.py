@@ -1,0 +1,66 @@
+"""The image-text task fixes (`task_fixes/image_text.py`) and the shared image-text inputs
+(`hf_inputs`): representative types get the inputs and config fields their fixes name, run with
+images (not their text alone), and pass parity."""
+
+import pytest
+
+from tests.zoo_checks import run_task_type
+from trainready.models import hf_tasks
+from trainready.models.hf_inputs import PLACEHOLDER_BASE
+
+
+def test_a_qformer_model_reads_its_prompt_and_its_image_placeholders():
+    model = hf_tasks.build("instructblip")
+    batch = model.make_batch(0)
+    assert model.text_only_reason is None and model.layout.placeholders
+    assert batch["qformer_input_ids"].shape[0] == batch["pixel_values"].shape[0]
+    assert model.model.config.image_token_index == PLACEHOLDER_BASE  # the fix's field
+    placeholders = (batch["input_ids"] == PLACEHOLDER_BASE).sum(dim=1)
+    assert placeholders.tolist() == [model.model.config.num_query_tokens] * 2
+
+
+def test_a_document_model_reads_valid_word_boxes():
+    model = hf_tasks.build("udop")
+    batch = model.make_batch(0)
+    box = batch["bbox"]
+    assert box.shape[:2] == batch["input_ids"].shape
+    assert ((box >= 0) & (box <= 1)).all()
+    assert (box[..., 2] > box[..., 0]).all() and (box[..., 3] > box[..., 1]).all()
+    assert "pixel_values" in batch and model.text_only_reason is None
+
+
+def test_qwen2_5_vl_gets_a_vision_window_of_whole_merged_patches():
+    config = hf_tasks.tiny_config("qwen2_5_vl")
+    v = config.vision_config
+    assert v.window_size == 2 * v.spatial_merge_size * v.patch_size
+    assert sum(config.text_config.rope_parameters["mrope_section"]) == 8  # 16-wide head
+    model = hf_tasks.build("qwen2_5_vl")
+    assert "image_grid_thw" in model.make_batch(0) and model.text_only_reason is None
+
+
+def test_pix2struct_reads_flattened_patches_with_their_rows_and_columns():
+    model = hf_tasks.build("pix2struct")
+    patches = model.make_batch(0)["flattened_patches"]
+    assert patches.shape[-1] == 2 + model.model.config.vision_config.patch_embed_hidden_size
+    assert patches[0, :, 0].min() == 1 and patches[0, :, 1].max() == 4  # a 4 x 4 grid, 1-based
+
+
+def test_a_text_only_model_in_the_image_table_is_judged_on_its_text():
+    model = hf_tasks.build("mistral4")  # Mistral4ForCausalLM: no vision tower to feed
+    assert model.layout.images and model.text_only_reason is None
+    assert set(model.make_batch(0)) == {"input_ids", "attention_mask", "label:logits"}
+
+
+def test_generation_only_wrappers_are_unsupported_with_their_thinker_named():
+    for model_type in ("qwen2_5_omni", "qwen3_omni_moe"):
+        with pytest.raises(Exception, match="thinker"):
+            hf_tasks.build(model_type)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["instructblip", "udop", "qwen2_5_vl", "pix2struct"])
+def test_fixed_types_pass_parity(model_type):
+    out = run_task_type(model_type)
+    assert out.status == "pass", out.diagnostics.get("error") or out.diagnostics.get("reason")
+    assert out.diagnostics["modality"] == "multimodal"
+    assert not out.diagnostics.get("text_only")
