@@ -7,11 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainready.core.case import Case
-from trainready.core.context import CaseContext
-from trainready.core.worker import execute_case
+from tests.perturb_conv_models import parity_case
 from trainready.probes.perturb import IndependentRounding
-from trainready.suites import parity
 
 aten = torch.ops.aten
 MASK = [True, True, True]
@@ -210,20 +207,12 @@ def test_a_channels_last_net_keeps_its_layout_and_its_results():
         assert (r - p).abs().max() <= 1e-14 * p.abs().max()
 
 
-def _parity(name: str):
-    factory = f"tests.perturb_conv_models:{name}"
-    params = {"source": "factory", "model": name, "factory": factory}
-    params |= {"mode": "eager", "dtype": "fp32", "steps": 3}
-    case = Case("parity", f"custom/{name}/eager/fp32", params)
-    return execute_case(parity, case, CaseContext("cpu", "fp32", 300.0))
-
-
 def test_a_clean_conv_net_passes_on_the_cpu_and_a_1pct_conv_gradient_error_fails():
     """Conv, batch norm, grouped conv, group norm, depthwise and transposed conv, eager fp32 on
     the CPU: with the convolutions and norms summed in fixed order in both estimating runs, their
     shared rounding was missing from the noise and the clean net failed (up.weight.grad 2.1x)."""
-    clean = _parity("clean")
+    clean = parity_case("clean")
     assert clean.status == "pass", clean.diagnostics.get("error")
-    bug = _parity("conv_grad_bug")
+    bug = parity_case("conv_grad_bug")
     assert bug.status == "fail_numerics"
     assert bug.diagnostics["error"].startswith("grouped.weight.grad rmse ratio")

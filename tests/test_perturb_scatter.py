@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from trainready.core.case import Case
-from trainready.core.context import CaseContext
-from trainready.core.worker import execute_case
+from tests.perturb_conv_models import parity_case
 from trainready.probes.perturb import IndependentRounding
-from trainready.suites import parity
 
 aten = torch.ops.aten
 
@@ -63,21 +60,13 @@ def test_on_a_kink_the_seeds_take_either_slope_as_float64_may():
     assert jump > 1e-2 * plain[2].abs().max()
 
 
-def _parity(name: str):
-    factory = f"tests.perturb_conv_models:{name}"
-    params = {"source": "factory", "model": name, "factory": factory}
-    params |= {"mode": "eager", "dtype": "fp32", "steps": 3}
-    case = Case("parity", f"custom/{name}/eager/fp32", params)
-    return execute_case(parity, case, CaseContext("cpu", "fp32", 300.0))
-
-
 def test_sampling_on_kinks_passes_clean_and_a_1pct_coordinate_gradient_error_fails():
     """With every run sampling the same float32 coordinates, the clean net on kinks failed (its
     offsets' gradients far past the runs' spread); a wrong grid_sample backward (the coordinates'
     gradient 1% too large below float64) on a net sampling between pixels must still fail."""
     for name in ("grid_on_kinks", "grid_between_pixels"):
-        clean = _parity(name)
+        clean = parity_case(name)
         assert clean.status == "pass", (name, clean.diagnostics.get("error"))
-    bug = _parity("grid_grad_bug")
+    bug = parity_case("grid_grad_bug")
     assert bug.status == "fail_numerics"
     assert bug.diagnostics["error"].startswith("offsets.")
