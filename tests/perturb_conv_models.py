@@ -148,14 +148,14 @@ def grid_grad_bug(seed: int) -> TaskModel:
     return GridGradBug(seed, on_kinks=False)
 
 
-def parity_case(name: str):
-    """The parity case (eager fp32, 3 steps, on the CPU) of one factory of this module."""
+def parity_case(name: str, module: str = __name__):
+    """The parity case (eager fp32, 3 steps, on the CPU) of factory `name` of `module`."""
     from trainready.core.case import Case
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
     from trainready.suites import parity
 
-    factory = f"tests.perturb_conv_models:{name}"
+    factory = f"{module}:{name}"
     params = {"source": "factory", "model": name, "factory": factory}
     params |= {"mode": "eager", "dtype": "fp32", "steps": 3}
     case = Case("parity", f"custom/{name}/eager/fp32", params)

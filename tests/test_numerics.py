@@ -197,14 +197,22 @@ def test_spread_noise_cancels_what_two_runs_share():
     bias = 0.05 * ref  # a systematic error both runs make
     first = ref + bias + 1e-3 * torch.randn(10000, dtype=torch.float64, generator=g)
     second = ref + bias + 1e-3 * torch.randn(10000, dtype=torch.float64, generator=g)
-    assert spread_noise(ref, first, second, kappa2=1.0) == pytest.approx(1e-3, rel=0.05)
+    assert spread_noise(ref, [first, second], kappa2=1.0) == pytest.approx(1e-3, rel=0.05)
     assert noise_rmse(ref, first) > 0.04  # while each run's own distance holds the bias
+    # more runs: the same noise from their sample variance, the shared bias still cancelled
+    more = [
+        ref + bias + 1e-3 * torch.randn(10000, dtype=torch.float64, generator=g) for _ in range(6)
+    ]
+    assert spread_noise(ref, [first, second, *more], kappa2=1.0) == pytest.approx(1e-3, rel=0.03)
+    assert spread_noise(ref, [first, second, *more], kappa2=2.0) == pytest.approx(
+        1e-3 / math.sqrt(2.0), rel=0.03
+    )
 
 
 def test_noise_of_a_baseline_that_overflowed_is_infinite():
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
     assert noise_rmse(ref, torch.tensor([1.0, float("inf")])) == math.inf
-    assert spread_noise(ref, ref, torch.tensor([float("nan"), 2.0]), 2.0) == math.inf
+    assert spread_noise(ref, [ref, torch.tensor([float("nan"), 2.0])], 2.0) == math.inf
 
 
 def test_curve_tolerance_is_three_times_the_largest_honest_deviation():

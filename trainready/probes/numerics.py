@@ -255,18 +255,19 @@ def noise_rmse(ref64: torch.Tensor, baseline: torch.Tensor) -> float:
     return _rms(base[finite] - ref[finite])
 
 
-def spread_noise(
-    ref64: torch.Tensor, first: torch.Tensor, second: torch.Tensor, kappa2: float
-) -> float:
-    """The rms rounding noise of a plain run, from two runs whose roundings are independent of it
-    and of each other, each with kappa2 times a plain rounding's variance (probes/perturb.py):
-    rmse(first - second) / sqrt(2 kappa2). What the runs share (a systematic error) cancels."""
-    a, b = _f64(first), _f64(second)
+def spread_noise(ref64: torch.Tensor, runs: Sequence[torch.Tensor], kappa2: float) -> float:
+    """The rms rounding noise of a plain run, from K >= 2 runs whose roundings are independent of
+    it and of each other, each with kappa2 times a plain rounding's variance (probes/perturb.py):
+    the square root of the entries' mean sample variance over the runs, over kappa2 -- for two
+    runs, rmse(first - second) / sqrt(2 kappa2). What the runs share (a systematic error)
+    cancels."""
     ref = _f64(ref64)
-    if _nonfinite_mismatch(ref, a).any() or _nonfinite_mismatch(ref, b).any():
+    xs = [_f64(r) for r in runs]
+    if any(_nonfinite_mismatch(ref, x).any() for x in xs):
         return math.inf
     finite = torch.isfinite(ref)
-    return _rms(a[finite] - b[finite]) / math.sqrt(2.0 * kappa2)
+    var = torch.stack([x[finite] for x in xs]).var(dim=0, correction=1)
+    return math.sqrt(float(var.mean()) / kappa2) if var.numel() else 0.0
 
 
 def sampling(numel: int) -> float:

@@ -25,7 +25,8 @@ TorchDispatchMode, so forward, backward and everything autograd runs are covered
   grad_bias) and the output channels within each group (grad_input), transposed or not; a norm
   over the batch, the spatial positions and (group norm) the channels within each group; layer
   norm over its normalized positions (statistics, input gradient) and its rows (weight and bias
-  gradients). A
+  gradients); a cumsum as a blocked scan and a triangular solve as block substitution, over
+  blocks of random sizes (linear attention's decay scans and UT systems). A
   depthwise convolution's forward sums over its kernel only and stays in order ("passed"), and
   so do batch norm's forward statistics, which the CPU sums in float64 (no order changes their
   float32 bits). Every other op runs as in the plain run, on values that differ from the first
@@ -63,6 +64,15 @@ dropped below float64 -- cancels in it, while it stays in the plain run's distan
 So the noise of an honest run at the dtype is measured without trusting the model's own
 low-precision code, and a fault cannot raise the bar it is judged by.
 
+`IndependentRounding("fp32", pointwise=True)` also recomputes every elementwise op in float64 and
+rounds it stochastically: what a plain elementwise op rounds alike in every run (t * freq before
+a sinusoid) is then independent too, at three times the cost, so `suites/parity.py` asks for it
+only when judging a failing case again.
+
+`IndependentRounding("fp64")` reorders a float64 run the same way: the reference's own rounding
+noise, which `suites/parity.py` measures on a failing case's tensors (a tensor zero in exact
+arithmetic is nothing but that residue in float64).
+
 In bf16/fp16, ops that mutate a tensor in place without an out-of-place twin, `_foreach_*`
 optimizer ops (their fp32 roundings are negligible next to the gradients' noise) and exact data
 movement (views, copies, indexing, concatenation: no rounding) pass through unchanged; `counts`
@@ -73,6 +83,7 @@ is known as such.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -85,6 +96,7 @@ aten = torch.ops.aten
 # The variance of one independent rounding over that of one round-to-nearest of the plain run.
 KAPPA2 = {"fp32": 1.0, "bf16": 2.0, "fp16": 2.0}
 _TARGET = {
+    "fp64": (torch.float64,),  # the reference's own rounding (reordered like fp32; no KAPPA2)
     "fp32": (torch.float32,),
     "bf16": (torch.bfloat16, torch.float16),
     "fp16": (torch.float16, torch.bfloat16),
@@ -206,20 +218,29 @@ def _permuted_call(func: Any, args: tuple, arg_perms: dict[int, Perms], out_perm
 class IndependentRounding(TorchDispatchMode):
     """Rerun a same-dtype CPU computation with rounding independent of the plain run's (module
     docstring). `dtype` is the case dtype ("fp32", "bf16" or "fp16"); `seed` picks the random
-    roundings and reduction orders."""
+    roundings and reduction orders; `pointwise` (fp32): elementwise ops rounded stochastically
+    from float64 too (`_pointwise`: three times the cost, so only where a case needs it)."""
 
-    def __init__(self, dtype: str, seed: int = 0):
+    def __init__(self, dtype: str, seed: int = 0, pointwise: bool = False):
         super().__init__()
-        if dtype not in KAPPA2:
-            raise ValueError(f"independent rounding is for fp32, bf16, fp16; got {dtype!r}")
+        if dtype not in _TARGET:
+            raise ValueError(f"independent rounding is for fp64, fp32, bf16, fp16; got {dtype!r}")
         self.dtype = dtype
+        self.pointwise = pointwise and dtype == "fp32"
         self.targets = _TARGET[dtype]
-        self.stochastic = dtype != "fp32"
+        self.stochastic = dtype not in ("fp32", "fp64")
         self.gen = torch.Generator().manual_seed(seed)
         self.seed = seed
         self._shared = torch.Generator().manual_seed(0)  # the same draws in every run (`_flips`)
         self.counts: Counter[str] = Counter()
         self._kind: dict[Any, str] = {}
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless told not to:
+        # ~7 us on every op, a fifth of an independent run. These runs are eager only (the CPU's
+        # baseline), never under torch.compile, so there is nothing for the wrapper to disable.
+        return False
 
     # -- classification -----------------------------------------------------------------------
 
@@ -250,7 +271,7 @@ class IndependentRounding(TorchDispatchMode):
             return "skip"  # views, out= variants, in-place ops without a twin
         if schema.is_mutable:
             return "skip"
-        return "recompute"
+        return "pointwise" if torch.Tag.pointwise in func.tags else "recompute"
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -470,22 +491,85 @@ class IndependentRounding(TorchDispatchMode):
         self.counts["grid"] += 1
         return func(*args[:g], grid, *args[g + 1 :])
 
-    def _reordered(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """fp32: a convolution or a norm with its sums in a random order, or None for any other
-        op (or one called with keyword arguments, which autograd never does)."""
-        reorder = _REORDERS.get(func)
-        if reorder is None or kwargs or not isinstance(args[0], torch.Tensor):
+    def _cumsum(self, func: Any, args: tuple) -> Any:
+        """cumsum as a blocked scan: the dimension cut into blocks of random lengths, each
+        block's own running sum plus the running sum of the blocks' totals before it -- the
+        same prefix sums in exact arithmetic, rounded along another path than the plain
+        sequential scan (a scan's rounding is shared by every run that scans in order: the
+        decay cumsums of gated delta rules, whose differences cancel most of their bits)."""
+        x, dim = args[0], args[1] % max(args[0].dim(), 1)
+        n = x.shape[dim] if x.dim() else 1
+        if n < 3:
             return None
-        if args[0].dtype not in self.targets:
+        blocks = [x.narrow(dim, lo, hi - lo).cumsum(dim) for lo, hi in self._spans(n)]
+        carry = torch.zeros_like(blocks[0].narrow(dim, 0, 1))
+        out = []
+        for block in blocks:
+            out.append(block + carry)
+            carry = carry + block.narrow(dim, block.shape[dim] - 1, 1)
+        self.counts["scan"] += 1
+        return torch.cat(out, dim)
+
+    def _pointwise(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """fp32: an elementwise op recomputed in float64 and rounded stochastically to float32, a
+        rounding independent of the plain run's. On inputs every run computes alike -- a
+        sinusoidal embedding's arguments, an input's scaling, a 2-class loss gradient -- the plain
+        op rounds the same way in every run, and sin(1500 rad) amplifies that rounding 1000x
+        (HF pi0's time embedding: the plain run's error 22 times the spread without this).
+        Stochastic rounding's variance is up to twice round-to-nearest's, so where pointwise
+        rounding dominates a tensor the noise is overestimated by up to sqrt(2)."""
+        out = func(*args, **kwargs)
+        if not (isinstance(out, torch.Tensor) and out.dtype == torch.float32):
+            return out
+        try:
+            hp = func(*tree_map(self._up, args), **tree_map(self._up, kwargs))
+        except Exception:  # noqa: BLE001 - an op with no float64 kernel: left as is
+            self.counts["passed"] += 1
+            return out
+        if hp.shape != out.shape or not hp.is_floating_point():
+            return out
+        self.counts["pointwise"] += 1
+        return _stochastic(hp, out.dtype, self.gen)
+
+    def _spans(self, n: int) -> list[tuple[int, int]]:
+        """[lo, hi) blocks covering 0..n in order: about sqrt(n) of random lengths."""
+        cuts = torch.randperm(n - 1, generator=self.gen)[: max(1, math.isqrt(n))] + 1
+        bounds = [0, *sorted(cuts.tolist())]
+        return list(zip(bounds, [*bounds[1:], n], strict=True))
+
+    def _solve_triangular(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A triangular solve as block substitution over blocks of random sizes: each block's
+        right-hand side first loses what the solved blocks contribute (one GEMM), then the
+        block is solved -- the same solution in exact arithmetic, its dot products summed in
+        another order than the plain run's row-by-row substitution (gated delta rules solve
+        their UT systems so, forward and backward)."""
+        a, b = args[0], args[1]
+        upper, unit = bool(kwargs.get("upper")), bool(kwargs.get("unitriangular", False))
+        if not kwargs.get("left", True):  # X A = B  <=>  A^T X^T = B^T
+            a, b, upper = a.mT, b.mT, not upper
+        n = a.shape[-1]
+        if n < 2 or b.dtype not in self.targets:
             return None
-        return reorder(self, func, args)
+        spans = self._spans(n)
+        solved: dict[int, torch.Tensor] = {}
+        for lo, hi in reversed(spans) if upper else spans:
+            rhs = b[..., lo:hi, :]
+            done = (hi, n) if upper else (0, lo)
+            if done[1] > done[0]:
+                known = torch.cat([solved[s] for s in sorted(solved)], -2)
+                rhs = rhs - a[..., lo:hi, done[0] : done[1]] @ known
+            solved[lo] = func(a[..., lo:hi, lo:hi], rhs, upper=upper, unitriangular=unit)
+        self.counts["solve"] += 1
+        x = torch.cat([solved[s] for s in sorted(solved)], -2)
+        return x if kwargs.get("left", True) else x.mT
 
     # -- dispatch -------------------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.stochastic:
-            out = self._reordered(func, args, kwargs)
+        if not self.stochastic:  # fp32: a convolution, norm, scan... with its sums reordered
+            reorder = _REORDERS.get(func)
+            out = None if reorder is None else reorder(self, func, args, kwargs)
             if out is not None:
                 return out
         kind = self._classify(func)
@@ -497,7 +581,11 @@ class IndependentRounding(TorchDispatchMode):
             out = self._sum(func, args, kwargs)
             if out is not None:
                 return out
-        if not self.stochastic:  # fp32: everything but GEMMs and sums as the plain run does it
+        if (
+            not self.stochastic
+        ):  # fp32: pointwise ops rounded at random, the rest as in the plain run
+            if kind == "pointwise" and self.pointwise:
+                return self._pointwise(func, args, kwargs)
             return func(*args, **kwargs)
         if kind == "inplace":
             target = args[0]
@@ -528,15 +616,33 @@ class IndependentRounding(TorchDispatchMode):
 _GRID_BACKWARDS = {aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default}
 _GRID_SAMPLERS = {aten.grid_sampler_2d.default, aten.grid_sampler_3d.default, *_GRID_BACKWARDS}
 
+
+def _positional(reorder: Any) -> Any:
+    """A reordering for calls with positional arguments only (as autograd makes them), on a
+    target-dtype first tensor; any other call runs plainly (None)."""
+
+    def call(self: IndependentRounding, func: Any, args: tuple, kwargs: dict) -> Any:
+        if kwargs or not isinstance(args[0], torch.Tensor) or args[0].dtype not in self.targets:
+            return None
+        return reorder(self, func, args)
+
+    return call
+
+
+# fp32: the ops run with their sums in a random order, (mode, op, args, kwargs) -> result, or None
+# for a call left plain
 _REORDERS = {
-    **dict.fromkeys(_GRID_SAMPLERS, IndependentRounding._grid_sampler),
-    aten.convolution.default: IndependentRounding._conv,
-    aten.convolution_backward.default: IndependentRounding._conv_backward,
-    aten.native_group_norm.default: IndependentRounding._norm,
-    aten.native_group_norm_backward.default: IndependentRounding._norm,
-    **dict.fromkeys(_BATCH_NORM_BACKWARDS, IndependentRounding._norm),
-    aten.native_layer_norm.default: IndependentRounding._layer_norm,
-    aten.native_layer_norm_backward.default: IndependentRounding._layer_norm_backward,
+    **dict.fromkeys(_GRID_SAMPLERS, _positional(IndependentRounding._grid_sampler)),
+    aten.convolution.default: _positional(IndependentRounding._conv),
+    aten.convolution_backward.default: _positional(IndependentRounding._conv_backward),
+    aten.native_group_norm.default: _positional(IndependentRounding._norm),
+    aten.native_group_norm_backward.default: _positional(IndependentRounding._norm),
+    **dict.fromkeys(_BATCH_NORM_BACKWARDS, _positional(IndependentRounding._norm)),
+    aten.native_layer_norm.default: _positional(IndependentRounding._layer_norm),
+    aten.native_layer_norm_backward.default: _positional(IndependentRounding._layer_norm_backward),
+    aten.cumsum.default: _positional(IndependentRounding._cumsum),
+    # its flags are keyword-only
+    aten.linalg_solve_triangular.default: IndependentRounding._solve_triangular,
 }
 
 __all__ = ["KAPPA2", "IndependentRounding"]
