@@ -336,6 +336,28 @@ def test_moe_eager_pins_the_devices_routing_and_passes():
     assert out.diagnostics["tensors_compared"] == 3 + 2 * n_params  # the aux loss included
 
 
+def test_routing_records_and_forces_both_topk_spellings():
+    """Routers call `torch.topk` or `Tensor.topk` from Python: both are recorded, and replayed
+    calls return the recorded indices with the values they select (a `return_types.topk`)."""
+    from trainready.probes.routing import Routing
+
+    scores = torch.tensor([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]])
+    with Routing() as recorder:
+        torch.topk(scores, 1, dim=-1)
+        scores.topk(2)
+    assert [t.tolist() for t in recorder.log] == [[[0], [1]], [[0, 2], [1, 2]]]
+    forced = [torch.tensor([[2], [0]]), torch.tensor([[1, 2], [0, 2]])]
+    with Routing(replay=forced) as replay:
+        one = torch.topk(scores, 1, dim=-1)
+        two = scores.topk(2)
+    assert one.indices.tolist() == [[2], [0]] and one.values.tolist() == [[2.0], [0.0]]
+    assert two.indices.tolist() == [[1, 2], [0, 2]] and two.values.tolist() == [
+        [1.0, 2.0],
+        [0.0, 4.0],
+    ]
+    assert replay.diverged is None and len(replay.calls) == 2
+
+
 def test_routing_flips_within_the_noise_are_honest_and_far_ones_are_not():
     from trainready.probes.routing import FLIP_ALLOWANCE, Call, Routing, flips
 
