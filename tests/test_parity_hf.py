@@ -35,6 +35,8 @@ def test_shrink_cuts_sizes_layers_and_token_ids_and_zeroes_randomness():
     assert d["intermediate_size"] == [2 * hf.HIDDEN] * 2
     assert d["text_config"]["hidden_size"] == hf.HIDDEN
     assert d["use_cache"] is False
+    # per-stage random rates too (CvT's stochastic depth drew other branches in every run)
+    assert hf.shrink({"drop_path_rate": [0.0, 0.0, 0.1]})["drop_path_rate"] == [0.0, 0.0, 0.0]
 
 
 def test_mla_configs_get_consistent_head_sizes():
@@ -160,3 +162,20 @@ def test_a_router_loss_the_device_cannot_compute_is_dropped_for_every_run(monkey
     monkeypatch.undo()
     model(torch.randint(0, hf.VOCAB_SIZE, (1, 8)))
     assert model.aux_loss() == 0.0
+
+
+@pytest.mark.parametrize("model_type", sorted(hf.FLOAT64_MODE))
+def test_float64_mode_types_keep_their_reference_float64(model_type):
+    """xglm, blt and the Inkling 2 text models drop a float64 run to float32 in their own code;
+    they run under the float64 mode, whose reference then holds no float32 op; other causal
+    LMs run their code as is."""
+    from trainready.models.float64 import float_dtypes
+
+    model = hf.build(model_type)
+    assert model.float64_mode
+    ref = model.double()
+    ids = torch.randint(0, model.model.config.vocab_size, (2, 8))
+    logits = ref(ids)
+    assert torch.isfinite(logits).all() and logits.dtype == torch.float64
+    assert set(float_dtypes(lambda: ref(ids).sum().backward())) == {torch.float64}
+    assert not hf.build("llama").float64_mode

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainready.models.float64 import float32_as_float64, is_float64
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VOCAB_SIZE = 512
@@ -281,6 +283,9 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
     for key, value in d.items():
         if isinstance(value, bool):
             continue
+        random_list = isinstance(value, list) and value and _RANDOM_FIELD.search(key)
+        if random_list and all(isinstance(v, float) for v in value):
+            value = out[key] = [0.0] * len(value)  # per-stage rates (CvT's drop_path_rate)
         if isinstance(value, float) and _RANDOM_FIELD.search(key):
             out[key] = 0.0  # dropout and noise: two runs of one model must compute the same
         elif key in SIZES and isinstance(value, int) and value > SIZES[key]:
@@ -442,13 +447,26 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "musicgen_melody": _set(num_codebooks=1),
 }
 
+# Types whose float64 reference needs `float64.float32_as_float64` (the float64 mode every task
+# model runs under): their library code drops a float64 run to float32. Causal LMs otherwise run
+# their code as is: under the mode the Qwen3.5 family's gated delta rule becomes float64 in the
+# reference too, and its decay-gate gradients (A_log, dt_bias, in_proj_a: ~1e-13 at init, where
+# g ~ -20 per token) are below what fp32 resolves -- every fp32 run, in any summation order,
+# returns the same rounding residue (2^-42 steps) of a diagonal that cancels exactly in the
+# chunked form's backward, which no independently rounded run moves (measured; see jev in the
+# task zoo, which fails on it).
+FLOAT64_MODE: dict[str, str] = {
+    "xglm": "its attention clamps scores with torch.full((), torch.finfo(dtype).min) without a "
+    "dtype: the float64 minimum in a default-dtype (float32) tensor overflows",
+    "inkling2_text": "its modeling code casts to float32 with `.float()` throughout (router "
+    "input, norms, the residual stream): a float64 model meets float32 activations",
+    "inkling2_loop_text": "as inkling2_text (the same modeling code, looped)",
+    "blt": "its eager attention takes the softmax with dtype=torch.float32: the float64 mask "
+    "minimum becomes -inf there and a fully masked row gives nan (loss nan at step 0)",
+}
+
 # Types that stay unsupported or fail for reasons of their own, not of the shrinking (transformers
 # 5.24, eager fp32 on the CPU):
-# - xglm: its attention clamps scores with torch.full((), torch.finfo(dtype).min) without a dtype,
-#   so in float64 the float64 minimum is put in a default-dtype (float32) tensor and overflows: no
-#   float64 reference.
-# - inkling2_text, inkling2_loop_text: the modeling code casts to float32 with `.float()` throughout
-#   (router input, norms, the residual stream), so a float64 model meets float32 activations.
 # - gemma3n: the causal-LM mapping names the multimodal Gemma3nForConditionalGeneration, whose
 #   vision tower is a timm model (needs timm and PIL); its text decoder is the gemma3n_text type.
 # - rwkv (fail_numerics, an honest result): RWKV initialises its embedding at ~1e-4 per entry at
@@ -572,6 +590,7 @@ class CausalLM(nn.Module):
         self.model = model
         self.model_type = model_type
         self.aux_coef = aux_coef
+        self.float64_mode = model_type in FLOAT64_MODE
         self._aux: torch.Tensor | None = None
 
     def __getstate__(self) -> dict:
@@ -579,7 +598,8 @@ class CausalLM(nn.Module):
         return {**self.__dict__, "_aux": None}
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, use_cache=False)
+        with float32_as_float64(self.float64_mode and is_float64(self.model)):
+            out = self.model(input_ids=input_ids, use_cache=False)
         aux = getattr(out, "aux_loss", None)
         self._aux = aux if self.aux_coef and isinstance(aux, torch.Tensor) else None
         return out.logits
