@@ -67,3 +67,14 @@ def test_streaming_asr_builds_with_the_attention_its_mask_code_expects():
     model = hf_tasks.build("nemotron_asr_streaming")
     assert model.model.config._attn_implementation == "sdpa"
     assert torch.isfinite(model(**model.make_batch(0)).loss)
+
+
+def test_patchtst_embeds_patches_of_several_steps_and_passes():
+    model = hf_tasks.build("patchtst")
+    config = model.model.config
+    assert config.patch_length == config.patch_stride == 4
+    assert config.context_length % config.patch_length == 0
+    past = model.make_batch(0)["past_values"]
+    assert past.shape[1] == config.context_length
+    out = run_task_type("patchtst")  # (0.2 s)
+    assert out.status == "pass", out.diagnostics.get("error") or out.diagnostics.get("reason")

@@ -64,3 +64,47 @@ def test_fixed_types_pass_parity(model_type):
     assert out.status == "pass", out.diagnostics.get("error") or out.diagnostics.get("reason")
     assert out.diagnostics["modality"] == "multimodal"
     assert not out.diagnostics.get("text_only")
+
+
+@pytest.mark.parametrize("model_type", ["unlimited_ocr", "deepseek_ocr2"])
+def test_a_sam_tower_starts_at_the_scale_of_the_rest(model_type):
+    # SAM's default initializer_range (1e-10) left the tower's float32 gradients at 1e-45,
+    # below the smallest normal float32: the tower now starts at the text model's 0.02.
+    config = hf_tasks.tiny_config(model_type)
+    assert config.vision_config.sam_config.initializer_range == 0.02
+    if model_type == "unlimited_ocr":  # (one build: the weights follow the config)
+        sam = hf_tasks.build(model_type).model.model.vision_tower.sam_encoder
+        assert sam.neck.conv1.weight.detach().std() > 1e-3
+
+
+def test_hy_v4_vl_learns_a_position_grid_the_size_of_its_images():
+    model = hf_tasks.build("hy_v4_vl")
+    v = model.model.config.vision_config
+    side = v.max_image_size // v.patch_size
+    assert side == 4  # the zoo's 64 px images: a 4 x 4 grid of 16 px patches
+    embeddings = model.model.model.vision_tower.embeddings
+    assert embeddings.position_embedding.weight.shape[0] == side * side + 1  # and the cls token
+    assert model.make_batch(0)["image_grid_thw"].tolist() == [[1, side, side]] * 2
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tower"),
+    [
+        ("instructblip", "vision_config"),
+        ("instructblipvideo", "vision_config"),
+        ("blip-2", "vision_config"),
+        ("pp_formulanet", "vision_config"),
+    ],
+)
+def test_vision_towers_with_a_placeholder_init_start_at_the_models_scale(model_type, tower):
+    # Their configs default initializer_range to 1e-10 (until a checkpoint loads): a tower
+    # whose gradients then lie far below what float32 holds.
+    assert getattr(hf_tasks.tiny_config(model_type), tower).initializer_range == 0.02
+
+
+@pytest.mark.slow  # three parity cases end to end
+@pytest.mark.parametrize("model_type", ["unlimited_ocr", "deepseek_ocr2", "hy_v4_vl"])
+def test_towers_fed_as_trained_pass_parity(model_type):
+    out = run_task_type(model_type)
+    assert out.status == "pass", out.diagnostics.get("error") or out.diagnostics.get("reason")
+    assert not out.diagnostics.get("text_only")

@@ -327,6 +327,11 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "patchtsmixer": lambda d: d.update(
         num_patches=(d["context_length"] - d["patch_length"]) // d["patch_stride"] + 1
     ),
+    # PatchTST embeds patches of `patch_length` steps (its config's default, 1 step with stride
+    # 1, makes each "patch" one value: the input embedding a 1-wide product, no patching); its
+    # checkpoints patch 12 or 16 steps at a stride of 8-12. Tiny: 4 patches of 4 steps of the
+    # shrunk 16-step context.
+    "patchtst": hf._set(patch_length=4, patch_stride=4),
     # TimesFM cuts its context into patches (32 of 512 steps) and forecasts a horizon (128) per
     # patch: the shrunk context (16) is no whole number of patches. Tiny: 4 patches of 8, a
     # horizon of 16 (2.5's quantile head likewise: 1024 -> 32 steps).
