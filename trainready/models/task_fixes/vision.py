@@ -70,6 +70,30 @@ def _hgnet_detector(d: dict[str, Any]) -> None:
     d["decoder_in_channels"] = [width] * len(d["decoder_in_channels"])
 
 
+# An RT-DETR style detector freezes its backbone's batch norms by default: their statistics and
+# affine stay as loaded, which is meant for the ImageNet-pretrained backbone every checkpoint
+# starts from (`use_pretrained_backbone`). Here the backbone is built from its config with random
+# weights: frozen, every batch norm is the identity (running mean 0, variance 1) and the convs'
+# 0.01-0.02 std weights shrink the signal ~10x a layer, so the backbone's features reach the
+# encoder at 1e-11 to 1e-17 (measured, 64-pixel images). Everything downstream then decides on
+# ties: PP-DocLayout's top-k query selection picks among encoder scores equal to 1e-12 (other
+# queries in float32 than in float64), RT-DETR's reference points stay exactly on the anchor
+# lattice (its deformable attention samples at pixel boundaries, where bilinear sampling has a
+# kink), a ReLU of D-FINE's encoder box head sits 2e-8 from 0 and flips. Training a detector on a
+# randomly initialised backbone, one trains its batch norms: the config's option for it.
+_TRAINED_BACKBONE_NORMS = {"freeze_backbone_batch_norms": False}
+
+
+def _trained_norms(fix: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """`fix`, then the backbone's batch norms trained (`_TRAINED_BACKBONE_NORMS`)."""
+
+    def adjust(d: dict[str, Any]) -> None:
+        fix(d)
+        d |= _TRAINED_BACKBONE_NORMS
+
+    return adjust
+
+
 def _pp_doclayout_v2(d: dict[str, Any]) -> None:
     """PP-DocLayoutV2 ranks its detections for the reading-order head by a per-class score
     threshold and class priority, which the config leaves unset (the checkpoint names them for
@@ -544,10 +568,20 @@ def _image_pairs(
 # The matchers' keypoint detector, a SuperPoint an eighth / a quarter as wide, its descriptors
 # as wide as the matcher (the full ones: 256 and 256).
 _DESCRIPTOR = hf.HIDDEN
+# A matcher is trained on the keypoints of a pretrained SuperPoint (SuperGlue's and LightGlue's
+# training start from the released detector), whose heatmap has peaks. At transformers' init
+# (convs at std 0.02, no normalisation, ReLU) the signal shrinks ~4x a conv: the 65-way heatmap
+# logits come out ~1e-6, every pixel scores 1/65 within float32's resolution, and the NMS (an
+# equality with a max-pool) keeps ~1850 "keypoints" an image in float32 against ~75 in float64
+# (measured: the matchers' outputs then differ in shape). Initialised at std 0.1 (He's
+# sqrt(2 / fan_in) for its 3x3 convs of 16-32 channels: 0.08-0.12) the signal keeps its scale, as
+# in a trained detector, and both precisions find the same ~75 keypoints at the same pixels.
+_DETECTOR_INIT = 0.1
 _SUPERPOINT = {
     "encoder_hidden_sizes": [16, 16, 32, 32],
     "decoder_hidden_size": _DESCRIPTOR,
     "descriptor_decoder_dim": _DESCRIPTOR,
+    "initializer_range": _DETECTOR_INIT,
 }
 
 
@@ -603,11 +637,13 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # parameters: a quarter of the full widths throughout, the stem's equal to the first.
     "textnet": hf._set(stem_out_channels=16, hidden_sizes=[16, 16, 32, 64, 128]),
     "hgnet_v2": _hgnet,
+    "deimv2": _hgnet_detector,
+    # (backbones built with random weights: their batch norms trained, `_TRAINED_BACKBONE_NORMS`)
     **dict.fromkeys(
-        ("d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"),
-        _hgnet_detector,
+        ("d_fine", "pp_doclayout_v3", "pp_doclayout_v4"), _trained_norms(_hgnet_detector)
     ),
-    "pp_doclayout_v2": _pp_doclayout_v2,
+    "pp_doclayout_v2": _trained_norms(_pp_doclayout_v2),
+    **dict.fromkeys(("rt_detr", "rt_detr_v2"), hf._set(**_TRAINED_BACKBONE_NORMS)),
     "lw_detr": _lw_detr,
     "mask2former": _mask2former,
     "maskformer": _maskformer,
