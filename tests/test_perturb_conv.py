@@ -59,6 +59,16 @@ def _cases():
     _, lmean, lrstd = aten.native_layer_norm.default(*ln)
     ln_back = (grad, x, [5, 6], lmean, lrstd, lw, lb, MASK)
     yield "layer_norm-backward", aten.native_layer_norm_backward.default, ln_back, "norm"
+    # softmax family along dim 1 (8 entries): forward, backward (grad, output, dim, dtype)
+    for op, back in (
+        (aten._softmax.default, aten._softmax_backward_data.default),
+        (aten._log_softmax.default, aten._log_softmax_backward_data.default),
+    ):
+        name = op.name().split("::")[1]
+        out = op(x, 1, False)
+        yield name, op, (x, 1, False), "softmax"
+        yield f"{name}-backward", back, (grad, out, 1, torch.float64), "softmax"
+    yield "logsumexp", aten.logsumexp.default, (x, [1, 3], False), "softmax"
 
 
 CASES = list(_cases())

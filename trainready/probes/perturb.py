@@ -26,7 +26,8 @@ TorchDispatchMode, so forward, backward and everything autograd runs are covered
   over the batch, the spatial positions and (group norm) the channels within each group; layer
   norm over its normalized positions (statistics, input gradient) and its rows (weight and bias
   gradients); a cumsum as a blocked scan and a triangular solve as block substitution, over
-  blocks of random sizes (linear attention's decay scans and UT systems). A
+  blocks of random sizes (linear attention's decay scans and UT systems); softmax, log-softmax
+  (forward and backward) and logsumexp along a permuted dimension. A
   depthwise convolution's forward sums over its kernel only and stays in order ("passed"), and
   so do batch norm's forward statistics, which the CPU sums in float64 (no order changes their
   float32 bits). Every other op runs as in the plain run, on values that differ from the first
@@ -36,8 +37,9 @@ TorchDispatchMode, so forward, backward and everything autograd runs are covered
   sum of 4096 terms moved by a few ulps each: accumulation errors 0.99 correlated; in a random
   order, 0.46). Before convolutions and norms were reordered, a clean ResNet's conv weight
   gradients failed at 5.8 times their allowance, MobileNetV2's at 110, and before layer norm was,
-  HF wav2vec2's layer-norm bias gradient at 1.25 (0.59 since). Still in order: softmax, losses,
-  interpolation and every other fused reduction. (Recomputing the other ops in float64 would drop the
+  HF wav2vec2's layer-norm bias gradient at 1.25 (0.59 since). Still in order: losses (their
+  log-softmax is reordered, the reduction over the batch is not), interpolation and every other
+  fused reduction. (Recomputing the other ops in float64 would drop the
   accumulation error of fused reductions and sums: a gradient that is zero in exact arithmetic,
   a key bias's, is nothing but that error, 3.5 times the estimate.)
 
@@ -510,6 +512,32 @@ class IndependentRounding(TorchDispatchMode):
         self.counts["scan"] += 1
         return torch.cat(out, dim)
 
+    def _softmax(self, func: Any, args: tuple) -> Any:
+        """softmax and log-softmax, forward (input, dim, ...) and backward (grad, output, dim,
+        ...), with their dimension in a random order: the max and the sum of exponentials taken
+        in another order, the result put back in order. A softmax over near-equal scores rounds
+        alike in every run otherwise (SuperPoint's 65 keypoint logits within 2e-5: its scores'
+        error 1.7e-9, the spread 0 before)."""
+        backward = func in _SOFTMAX_BACKWARDS
+        x, dim = args[0], args[2 if backward else 1] % max(args[0].dim(), 1)
+        perms = self._perms((dim,), x.shape) if x.dim() else {}
+        if not perms:
+            return None
+        self.counts["softmax"] += 1
+        return _permuted_call(
+            func, args, {0: perms, 1: perms} if backward else {0: perms}, (perms,)
+        )
+
+    def _logsumexp(self, func: Any, args: tuple) -> Any:
+        """logsumexp (input, dims, keepdim) with its reduced dimensions in a random order."""
+        x = args[0]
+        dims = [d % x.dim() for d in args[1]] if x.dim() else []
+        perms = self._perms(dims, x.shape)
+        if not perms:
+            return None
+        self.counts["softmax"] += 1
+        return _permuted_call(func, args, {0: perms}, ({},))
+
     def _pointwise(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """fp32: an elementwise op recomputed in float64 and rounded stochastically to float32, a
         rounding independent of the plain run's. On inputs every run computes alike -- a
@@ -629,6 +657,12 @@ def _positional(reorder: Any) -> Any:
     return call
 
 
+_SOFTMAX_BACKWARDS = {
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
+}
+_SOFTMAXES = {aten._softmax.default, aten._log_softmax.default, *_SOFTMAX_BACKWARDS}
+
 # fp32: the ops run with their sums in a random order, (mode, op, args, kwargs) -> result, or None
 # for a call left plain
 _REORDERS = {
@@ -641,6 +675,8 @@ _REORDERS = {
     aten.native_layer_norm.default: _positional(IndependentRounding._layer_norm),
     aten.native_layer_norm_backward.default: _positional(IndependentRounding._layer_norm_backward),
     aten.cumsum.default: _positional(IndependentRounding._cumsum),
+    **dict.fromkeys(_SOFTMAXES, _positional(IndependentRounding._softmax)),
+    aten.logsumexp.default: _positional(IndependentRounding._logsumexp),
     # its flags are keyword-only
     aten.linalg_solve_triangular.default: IndependentRounding._solve_triangular,
 }
