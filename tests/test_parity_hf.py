@@ -37,6 +37,14 @@ def test_shrink_cuts_sizes_layers_and_token_ids_and_zeroes_randomness():
     assert d["use_cache"] is False
     # per-stage random rates too (CvT's stochastic depth drew other branches in every run)
     assert hf.shrink({"drop_path_rate": [0.0, 0.0, 0.1]})["drop_path_rate"] == [0.0, 0.0, 0.0]
+    # a placeholder initialisation (SAM's 1e-10, nested too) starts at 0.02; real ones stay
+    placeholder = {
+        "initializer_range": 1e-10,
+        "vision_config": {"model_type": "v", "initializer_range": 1e-10},
+    }
+    out = hf.shrink(placeholder)
+    assert out["initializer_range"] == out["vision_config"]["initializer_range"] == hf.INIT_RANGE
+    assert hf.shrink({"initializer_range": 0.006})["initializer_range"] == 0.006
 
 
 def test_mla_configs_get_consistent_head_sizes():

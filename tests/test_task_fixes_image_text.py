@@ -94,6 +94,8 @@ def test_hy_v4_vl_learns_a_position_grid_the_size_of_its_images():
         ("instructblipvideo", "vision_config"),
         ("blip-2", "vision_config"),
         ("pp_formulanet", "vision_config"),
+        ("slanext", "vision_config"),
+        ("sam", "vision_config"),
     ],
 )
 def test_vision_towers_with_a_placeholder_init_start_at_the_models_scale(model_type, tower):

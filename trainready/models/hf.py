@@ -248,6 +248,13 @@ LAYER_LISTS = (
 
 # Float fields that make a training step random (dropout, router noise): zeroed.
 _RANDOM_FIELD = re.compile(r"drop|pdrop|jitter|noise")
+# Configs that default `initializer_range` to a placeholder only a checkpoint ever overwrites
+# (1e-10: SAM's, BLIP's, GOT-OCR's, SLANeXt's vision towers and those derived from them): trained
+# from it, a tower's float32 gradients lie below float32's normal range (1e-45 down to exact
+# zeros) and its case judges rounding residue, or nothing. Such a tower starts at INIT_RANGE,
+# transformers' usual 0.02, the scale a fine-tune starts from.
+PLACEHOLDER_INIT = 1e-6
+INIT_RANGE = 0.02
 
 
 class BuildError(Exception):
@@ -286,7 +293,9 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         random_list = isinstance(value, list) and value and _RANDOM_FIELD.search(key)
         if random_list and all(isinstance(v, float) for v in value):
             value = out[key] = [0.0] * len(value)  # per-stage rates (CvT's drop_path_rate)
-        if isinstance(value, float) and _RANDOM_FIELD.search(key):
+        if key == "initializer_range" and isinstance(value, float) and 0 < value < PLACEHOLDER_INIT:
+            out[key] = INIT_RANGE
+        elif isinstance(value, float) and _RANDOM_FIELD.search(key):
             out[key] = 0.0  # dropout and noise: two runs of one model must compute the same
         elif key in SIZES and isinstance(value, int) and value > SIZES[key]:
             out[key] = SIZES[key]

@@ -216,16 +216,12 @@ def _sam_neck(width: int) -> Callable[[dict[str, Any]], None]:
     """DeepSeek-OCR style towers: a SAM encoder whose neck and two downsampling convolutions
     (256 -> 512 -> the second encoder's width) feed their map to a second encoder as its patch
     embeddings; the shrink has no rule for these widths: a small neck ending at the second
-    encoder's (shrunk) width, and a small SAM MLP. SAM's `initializer_range` defaults to
-    1e-10 (a placeholder until a checkpoint loads): a tower initialised so has float32
-    gradients of 1e-45, below the smallest normal float32 (1.2e-38), where nothing but their
-    rounding is left to judge; it starts from the text model's 0.02, the scale of the weights a
-    fine-tune starts from."""
+    encoder's (shrunk) width, and a small SAM MLP. (SAM's placeholder `initializer_range` of
+    1e-10 is the shrink's: `hf.PLACEHOLDER_INIT`.)"""
 
     def apply(d: dict[str, Any]) -> None:
         sam = d["vision_config"]["sam_config"]
         sam.update(mlp_dim=128, output_channels=32, downsample_channels=[32, width])
-        sam["initializer_range"] = d["text_config"].get("initializer_range", 0.02)
 
     return apply
 
@@ -273,13 +269,6 @@ def _granite4_inputs(model: Any, config: Any, gen: Any, batch: dict[str, Any]) -
     }
 
 
-# The BLIP family's vision config defaults `initializer_range` to 1e-10 (a placeholder until
-# the checkpoint loads): every weight of the tower at std 1e-10, its features nearly constant
-# and its first layers' gradients 1e-18 to 1e-26 (InstructBLIP, measured) -- a tower that hardly
-# trains or is judged. The rest of the model's 0.02, the scale a fine-tune starts from.
-_BLIP_VISION = _sub("vision_config", hf._set(initializer_range=0.02))
-
-
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "granite4_vision": _granite4_vision,  # (why: in the function)
     # Its text attention is multi-head (the checkpoint's key/value heads = its heads; the eager
@@ -292,8 +281,6 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # PP-FormulaNet's SAM-style encoder ends in a neck and post convolutions whose widths the
     # shrink has no rule for (256 / 512 / 1024, 8M parameters), and projects to
     # `decoder_hidden_size`, which must be the decoder's (shrunk) d_model for its cross-attention.
-    # Its encoder starts at SAM's 1e-10 initializer_range, as `_sam_neck`'s towers did: float64
-    # gradients of 1e-52 to 1e-91, every one 0 in float32 (an encoder nothing judged); 0.02.
     "pp_formulanet": _sub(
         "vision_config",
         hf._set(
@@ -303,7 +290,6 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
             post_conv_mid_channels=32,
             post_conv_out_channels=64,
             decoder_hidden_size=hf.HIDDEN,
-            initializer_range=0.02,
         ),
     ),
     # Pix2Struct's attention is heads x d_kv wide and must give back the hidden width (the
@@ -352,14 +338,11 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "ernie4_5_vl_moe": _sub("text_config", _mrope([3, 3, 2])),
     # BLIP-2 and InstructBLIP: the query tokens' outputs replace image placeholder tokens whose
     # id the checkpoints' configs name (`image_token_index`); the default config leaves it None.
-    # Their vision towers start at `_BLIP_VISION` (their 1e-10 default, as SAM's).
-    "blip-2": _all(hf._set(image_token_index=IMAGE_TOKEN), _BLIP_VISION),
-    "instructblip": _all(hf._set(image_token_index=IMAGE_TOKEN), _BLIP_VISION),
+    "blip-2": hf._set(image_token_index=IMAGE_TOKEN),
+    "instructblip": hf._set(image_token_index=IMAGE_TOKEN),
     # InstructBLIP-Video: 32 query tokens per frame, 4 frames, would fill the tiny OPT's 128
     # positions; 8 queries a frame (the Q-Former's query count is a size like any other).
-    "instructblipvideo": _all(
-        hf._set(video_token_index=IMAGE_TOKEN, num_query_tokens=8), _BLIP_VISION
-    ),
+    "instructblipvideo": hf._set(video_token_index=IMAGE_TOKEN, num_query_tokens=8),
     # MLA: its attention head is qk_nope + qk_rope wide (8 + 8 shrunk) and its RoPE covers
     # partial_rotary_factor of head_dim (= qk_rope); the shrink's head_dim 8 would rotate 4.
     "mistral4": hf._set(head_dim=16),
