@@ -402,6 +402,35 @@ def test_linear_adamw_steps_match_the_cpu(emu) -> None:
     emu(_check_training_parity)
 
 
+def _check_convolutions() -> None:
+    """PyTorch sends a PrivateUse1 convolution to convolution_overrideable (and its backward),
+    whose only default raises: emu's own kernels run them, forward and backward, transposed and
+    grouped, bit for bit as the CPU does (emu memory is host memory), and nothing falls back."""
+    emu = _emu()
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    for conv, w_shape in ((F.conv2d, (6, 2, 3, 3)), (F.conv_transpose2d, (4, 3, 3, 3))):
+        x = torch.randn(2, 4, 8, 8, generator=g)
+        w, b = torch.randn(*w_shape, generator=g), torch.randn(6, generator=g)
+        cpu = [t.clone().requires_grad_() for t in (x, w, b)]
+        dev = [t.to("emu").requires_grad_() for t in (x, w, b)]
+        emu.reset_fallback_counts()
+        for args in (cpu, dev):
+            conv(*args, stride=2, padding=1, groups=2).square().sum().backward()
+        assert not [op for op in emu.fallback_counts() if "conv" in op]
+        for c, d in zip(cpu, dev, strict=True):
+            assert d.grad.device.type == "emu" and torch.equal(d.grad.cpu(), c.grad)
+    native = emu.native_kernels()
+    assert {"aten::convolution_overrideable", "aten::convolution_backward_overrideable"} <= set(
+        native
+    )
+
+
+def test_convolutions_run_on_emus_own_kernels(emu) -> None:
+    emu(_check_convolutions)
+
+
 def _check_tied_parameters_on_move() -> None:
     _emu()
     from torch import nn

@@ -9,7 +9,8 @@ PyTorch's reference backend torch_openreg is: a C++ library (csrc/, compiled on 
 cached, see build.py) that registers for PrivateUse1 an allocator with memory statistics, a
 DeviceGuard (two devices, one synchronous stream each, events timed with the host clock),
 accelerator hooks with per-device generators, a few native kernels (`native_kernels()`: tensor
-creation, views, copies, fill, resize, and one matmul, aten::bmm) and PyTorch's boxed CPU fallback
+creation, views, copies, fill, resize, one matmul, aten::bmm, and convolution: the
+convolution_overrideable hooks, see csrc/conv.cpp) and PyTorch's boxed CPU fallback
 for every other op, counted per op (`fallback_counts()`), silent as PyTorch's own cpu_fallback is
 (TRAINREADY_EMU_FALLBACK_WARN=1 makes it warn once per op, in the words MPS and Ascend NPU use).
 aten::mm is deliberately not native: F.linear's GEMM and a peak calibration then run on the host,
@@ -39,6 +40,7 @@ SOURCES = (
     "allocator.cpp",
     "generator.cpp",
     "kernels.cpp",
+    "conv.cpp",
     "fallback.cpp",
     "autocast.cpp",
     "ops.cpp",
