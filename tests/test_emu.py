@@ -431,6 +431,27 @@ def test_convolutions_run_on_emus_own_kernels(emu) -> None:
     emu(_check_convolutions)
 
 
+def _check_ctc_term_under_the_watch() -> None:
+    """A CTC head's loss on emu under the ops probe's dispatch watch: its lengths are made on the
+    logits' device (CPU lengths beside device logits raised a device mix under the watch)."""
+    _emu()
+    from trainready.device.dispatch import DispatchWatch
+    from trainready.models.task_losses import Term, term_loss
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 12, 6, generator=g).to("emu").requires_grad_()
+    labels = torch.randint(1, 6, (2, 4), generator=g).to("emu")
+    with DispatchWatch("emu") as watch:
+        loss = term_loss(Term("logits", "ctc", (2, 12, 6)), logits, labels, blank=0)
+        loss.backward()
+    assert loss.device.type == "emu" and torch.isfinite(loss.cpu())
+    assert watch.kinds  # the watch saw the calls
+
+
+def test_a_ctc_loss_runs_on_emu_under_the_dispatch_watch(emu) -> None:
+    emu(_check_ctc_term_under_the_watch)
+
+
 def _check_tied_parameters_on_move() -> None:
     _emu()
     from torch import nn

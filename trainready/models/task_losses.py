@@ -158,7 +158,10 @@ def term_loss(term: Term, value: Any, labels: torch.Tensor | None, blank: int) -
         return F.cross_entropy(x.reshape(-1, x.shape[-1]), labels.reshape(-1), ignore_index=IGNORED)
     if term.kind == "ctc":
         logp = wide[0].log_softmax(-1).transpose(0, 1)  # [T, B, C]
-        frames = torch.full((logp.shape[1],), logp.shape[0], dtype=torch.long)
-        lengths = torch.full((labels.shape[0],), labels.shape[1], dtype=torch.long)
+        # (lengths on the logits' device, as transformers' CTC heads compute them: CPU lengths
+        # beside device logits are a device mix a backend may refuse)
+        full = {"dtype": torch.long, "device": logp.device}
+        frames = torch.full((logp.shape[1],), logp.shape[0], **full)
+        lengths = torch.full((labels.shape[0],), labels.shape[1], **full)
         return F.ctc_loss(logp, labels, frames, lengths, blank=blank, zero_infinity=True)
     return sum(x.square().mean() for x in wide)
