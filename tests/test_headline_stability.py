@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
+from tests.test_train_rates import train_record
 from trainready.core.case import Case, Result
 from trainready.core.store import Store
 from trainready.report.sections.matmul import mfu_at_m, run_drift
@@ -147,27 +148,9 @@ def _train_run(
     `warm_s` in warm, with 1% jitter; each process read the drift reference at `reference` (cold's,
     warm's: after the first step, after the last) and the peak's calibration at `calibration`;
     the first steps as a CPU run measures them."""
-    jitter = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01]
-
-    def record(first: float, step: float, readings: list[float]) -> dict:
-        steps = [step * j for j in jitter]
-        return {
-            "first_step_s": first,
-            "first_step_phases": {},
-            "step_times_s": [steps[0], *steps],
-            "clock": "wall",
-            "losses": [6.0, 5.5, 5.2, 5.0, 4.9, 4.8, 4.7, 4.6],
-            "tokens_per_step": 64,
-            "params": 1000,
-            "flops_per_token": 6000,
-            "world_size": 1,
-            "reference_flops": readings,
-            "reference_workload": "512³ bf16 matmul",
-        }
-
     runs = {
         mode: [
-            Scenario(mode, name, record(first, scale * step, readings))
+            Scenario(mode, name, train_record(first, scale * step, readings))
             for name, step, readings in (
                 ("cold", cold_s, reference[0]),
                 ("warm", warm_s, reference[1]),

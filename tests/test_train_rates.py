@@ -24,7 +24,9 @@ JITTER = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01]  # 1% step noise: the bootst
 PEAK = {"flops": 1e9, "label": "vs measured peak", "source": "measured"}
 
 
-def _record(first_s: float, step_s: float, reference: list[float] | None) -> dict:
+def train_record(first_s: float, step_s: float, reference: list[float] | None) -> dict:
+    """One training process's record: steady steps at `step_s` with 1% jitter after a warm-up
+    step, and the drift reference's readings where given (also tests/test_headline_stability)."""
     steps = [step_s * j for j in JITTER]
     record = {
         "first_step_s": first_s,
@@ -57,7 +59,7 @@ def _case(
             Scenario(
                 mode,
                 name,
-                _record(first, scale * step, (reference or {}).get(name)),
+                train_record(first, scale * step, (reference or {}).get(name)),
             )
             for name, step in steps.items()
         ]
