@@ -105,10 +105,11 @@ def test_fp64_on_the_cpu_is_numerics_not_judged_never_a_pass():
 def test_independent_runs_that_fail_leave_the_numerics_not_judged(monkeypatch):
     from trainready.probes import perturb
 
-    def broken(self, func, types, args=(), kwargs=None):
+    def broken(self, func, args, kwargs):
         raise RuntimeError("no kernel one precision up")
 
-    monkeypatch.setattr(perturb.IndependentRounding, "__torch_dispatch__", broken)
+    # every fp32 reordering goes through it, intercepted or under the dispatch mode
+    monkeypatch.setattr(perturb.IndependentRounding, "_reordered", broken)
     out = _run("clean")
     assert out.status == "unsupported"
     assert "independently rounded runs failed: RuntimeError" in out.diagnostics["reason"]
