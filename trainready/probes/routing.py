@@ -20,22 +20,24 @@ rounding of two scores: two bf16 router logits a full ulp apart round to one val
 goes to the lower index), 3.5 times the rms error of a rounding, and a tie-prone router (phimoe's
 sparsemixer: a quarter of its bf16 decisions flip) flips up to 9 noises away in honest runs.
 
-Only `topk` called from Python is recorded (`torch.topk`, `Tensor.topk`: the top-k of every MoE
-router here, HF's and the synthetic one's); a model that routes by another op (sort, argmax), or
-calls topk from inside a compiled region or C++, is not pinned. Replay needs the runs to make the
+Every eager `aten::topk` call is recorded (`torch.topk`, `Tensor.topk`, or from C++: the top-k of
+every MoE router here, HF's and the synthetic one's), through a Python kernel for that op alone
+(`probes/intercept.py`); a model that routes by another op (sort, argmax), or calls topk from
+inside a compiled region, is not pinned. Replay needs the runs to make the
 same sequence of top-k calls of the same shapes; when they do not, replay stops and `diverged`
 says at which call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
+from trainready.probes.intercept import intercept
 from trainready.probes.numerics import UNIT_ROUNDOFF
 
 FLIP_ALLOWANCE = 4.0
@@ -52,36 +54,42 @@ class Call:
     largest: bool
 
 
-_TOPKS = frozenset({torch.topk, torch.Tensor.topk})
+class Routing:
+    """`with Routing() as r:` records every `topk`'s indices (`replay=None`), or, with
+    `replay=log` (the `log` of a recording run), forces the recorded ones, call by call;
+    `calls` keeps what each replayed call saw.
 
-
-class Routing(TorchFunctionMode):
-    """Record every `topk`'s indices (`replay=None`) or force the recorded ones, call by call
-    (`replay=log`, the `log` of a recording run); `calls` keeps what each replayed call saw.
-
-    A torch-function mode, not a dispatch mode: routers call `torch.topk` (or `Tensor.topk`) from
-    Python, so only the forward's Python-level calls pass through it, while a dispatch mode sat
-    on every aten op of forward and backward (a replayed run took 2.2-2.5x a plain one)."""
+    A Python kernel for `aten::topk` alone, below autograd (`probes/intercept.py`): a forced
+    call returns the recorded indices and the values they select, and autograd's own top-k
+    backward scatters the gradient to them. (A torch-function mode saw every torch call of the
+    run, ~1,000 a step on a tiny MoE model; a dispatch mode before it, every aten op of forward
+    and backward: a replayed run took 2.2-2.5x a plain one.)"""
 
     def __init__(self, replay: list[torch.Tensor] | None = None):
-        super().__init__()
         self.replay = replay
         self.log: list[torch.Tensor] = []
         self.calls: list[Call] = []
         self.diverged: int | None = None  # the first call that could not be replayed
+        self._intercepted: contextlib.AbstractContextManager | None = None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func not in _TOPKS:
-            return func(*args, **kwargs)
+    def __enter__(self) -> Routing:
+        self._intercepted = intercept({torch.ops.aten.topk.default: self._topk})
+        self._intercepted.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        intercepted, self._intercepted = self._intercepted, None
+        return intercepted.__exit__(*exc)
+
+    def _topk(self, func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         values, indices = func(*args, **kwargs)
         i = len(self.log)
         self.log.append(indices.detach().to("cpu"))
         if self.replay is None or self.diverged is not None:
-            return torch.return_types.topk((values, indices))
+            return values, indices
         if i >= len(self.replay) or tuple(self.replay[i].shape) != tuple(indices.shape):
             self.diverged = i
-            return torch.return_types.topk((values, indices))
+            return values, indices
         dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
         largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
         forced = self.replay[i].to(indices.device)
@@ -93,7 +101,7 @@ class Routing(TorchFunctionMode):
                 bool(largest),
             )
         )
-        return torch.return_types.topk((args[0].gather(dim, forced), forced))
+        return args[0].gather(dim, forced), forced
 
 
 def _rms(t: torch.Tensor) -> float:
