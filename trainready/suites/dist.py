@@ -21,7 +21,9 @@ Families (case names):
 
 Statuses: `pass`; `fail_numerics` (some rank's result is wrong: which ranks, and each rank's
 check); `fail_run` (a rank raised; `unsupported` when every rank raised a missing-feature error,
-or the device has no process-group backend); `timeout` (some rank did not answer within the
+or the device has no process-group backend, or a compiled case's backend cannot generate
+code for it -- inductor without a code generator for the device type, said before the ranks
+start, as parity and train say it); `timeout` (some rank did not answer within the
 budget: which, and in which phase); `crash` (ranks died); `skipped` when the case cannot be judged
 for a reason that is not the device's -- an op that needs more ranks than the run has, or an API
 this torch build does not have (`torch.distributed._token_switch`, DTensor's Shard -> Partial).
@@ -47,6 +49,7 @@ from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
 from trainready.device import available_devices, default_pg_backend, device_type
 from trainready.launch import LaunchError, LaunchResult, RankPool
+from trainready.probes.compile import backend_unsupported
 from trainready.suites.dist_cases.collectives import OPS, busbw_factor
 
 NAME = "dist"
@@ -325,6 +328,10 @@ def execute(case: Case, ctx: CaseContext, target: str = RANK_TARGET) -> Outcome:
         backend = pool_for(ctx).backend
     except ConfigError as e:  # no process-group backend for this device
         return Outcome("unsupported", diagnostics={"reason": str(e)})
+    if case.params.get("compile"):  # known before the ranks try (as parity and train say it)
+        why = backend_unsupported(ctx.options.get("compile_backend") or "inductor", ctx.device)
+        if why:
+            return Outcome("unsupported", diagnostics={"reason": why, "backend": backend})
     try:
         res = run_on_ranks(case, ctx, target)
     except LaunchError as e:
