@@ -96,6 +96,22 @@ class NanInFloat64(TinyLM):
         return self.head(self.norm(h + self.mlp(h)))
 
 
+class RaisesUnderADispatchMode(TinyLM):
+    """Raises while a Python dispatch mode is on, as PyTorch's ops that check
+    `areAnyTensorSubclassLike` take another code path then (ctc_loss dividing device losses by
+    host lengths): the ops probe's mode, not the model, makes the step fail."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
+            raise RuntimeError("Expected all tensors to be on the same device (planted)")
+        return super().forward(ids)
+
+
+class RaisesInForward(TinyLM):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("planted: the forward raises")
+
+
 def clean(seed: int) -> nn.Module:
     return TinyLM(seed)
 
@@ -118,3 +134,11 @@ def crash_when_compiled(seed: int) -> nn.Module:
 
 def nan_in_float64(seed: int) -> nn.Module:
     return NanInFloat64(seed)
+
+
+def raises_under_a_dispatch_mode(seed: int) -> nn.Module:
+    return RaisesUnderADispatchMode(seed)
+
+
+def raises_in_forward(seed: int) -> nn.Module:
+    return RaisesInForward(seed)

@@ -94,6 +94,22 @@ def test_the_allowance_multiplies_the_noise_never_the_floor():
     assert judge(ref, ref.float(), noise=2e-12, dtype="fp32").ok  # one rounding passes
 
 
+def test_a_step_that_raises_only_under_the_ops_probe_runs_plainly_its_ops_unrecorded():
+    out = _run("raises_under_a_dispatch_mode")
+    assert out.status == "pass", out.diagnostics.get("error")
+    ops = out.diagnostics["ops"]
+    why = "none: the first step raised only under the ops probe's dispatch mode (RuntimeError: "
+    assert ops["recorded"] is False and ops["dispatch_source"].startswith(why)
+    assert ops["fallback_source"].startswith(why) and ops["ops"] == {}
+    assert "aten_ops" not in out.metrics and "fallback_ops" not in out.metrics  # no claim
+
+
+def test_a_step_that_raises_plainly_too_fails_with_the_plain_error():
+    out = _run("raises_in_forward")
+    assert out.status == "fail_run"
+    assert "planted: the forward raises" in out.diagnostics["error"]
+
+
 def test_fp64_on_the_cpu_is_numerics_not_judged_never_a_pass():
     out = _run("clean", dtype="fp64")
     assert out.status == "unsupported"

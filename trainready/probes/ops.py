@@ -111,12 +111,23 @@ class OpsReport:
     dispatch_fallbacks: Counter = field(default_factory=Counter)  # "aten::add.out" -> calls
     dispatch_missing: Counter = field(default_factory=Counter)  # ops with no kernel at all
     dispatch_source: str = ""
+    recorded: bool = True  # False: the probe could not watch the region (`unrecorded`)
+
+    @classmethod
+    def unrecorded(cls, device: str, why: str) -> OpsReport:
+        """The report of a region the probe could not watch: no source measured it (`why`)."""
+        return cls(
+            device, fallback_source=f"none: {why}", dispatch_source=f"none: {why}", recorded=False
+        )
 
     @property
     def host_round_trips(self) -> int:
         return sum(self.host_calls.values()) + sum(self.host_copies.values()) + self.scalar_reads
 
     def metrics(self) -> dict[str, float]:
+        """Counts, only where the probe watched the region (no count is a claim otherwise)."""
+        if not self.recorded:
+            return {}
         return {
             "aten_ops": float(sum(self.ops.values())),
             "unique_aten_ops": float(len({k.split("@")[0] for k in self.ops})),
@@ -149,6 +160,7 @@ class OpsReport:
             "dispatch_fallbacks": dict(self.dispatch_fallbacks.most_common()),
             "dispatch_missing": dict(self.dispatch_missing),
             "dispatch_source": self.dispatch_source,
+            "recorded": self.recorded,
         }
 
 
