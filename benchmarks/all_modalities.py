@@ -1,0 +1,136 @@
+"""The all-modalities parity page: the standard preset run in shards, merged, as one markdown page.
+
+    # each shard, on the same machine or another (record nothing: the store has it all)
+    trainready run parity --device cpu --preset standard --shard I/8 --jobs 2 --out DIR_I
+    # then
+    python -m benchmarks.all_modalities DIR_0 ... DIR_7 --out PAGE.md [--allow-partial]
+
+The page (issue #16's benchmark, `benchmarks/results/cpu-parity-all-modalities.md`) opens with
+one row per shard, read from its store: the commit it ran (`git_sha`), when it started, its wall
+time, cases done of planned and its throughput in cases per minute; then the totals (throughput
+over the summed shard wall time, as if the shards ran one after another on one machine); then the
+report of the merged run (`trainready merge`, `trainready report -f md`: the verdict, pass rates
+by modality and by trait, every case that does not pass with its reason). With --allow-partial, a
+shard still missing or unfinished is merged as it stands and the page says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Shard:
+    path: Path
+    run_id: str
+    shard: str
+    git_sha: str
+    started: float
+    wall_s: float
+    done: int
+    planned: int
+    finished: bool
+
+    @property
+    def per_min(self) -> float:
+        return 60.0 * self.done / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+def read_shard(path: Path) -> Shard:
+    """The latest run of a shard's store, with its wall time (to the last result where the run
+    has not finished)."""
+    con = sqlite3.connect(path / "trainready.db")
+    try:
+        run_id, created, finished, shard, env, planned = con.execute(
+            "select run_id, created_at, finished_at, shard, env, planned from runs "
+            "order by created_at desc limit 1"
+        ).fetchone()
+        done, last = con.execute(
+            "select count(*), max(started_at + duration_s) from results where run_id = ?",
+            (run_id,),
+        ).fetchone()
+    finally:
+        con.close()
+    end = finished if finished is not None else (last or created)
+    sha = json.loads(env).get("git_sha") or "unknown"
+    return Shard(path, run_id, shard or "-", sha, created, end - created, done, planned or 0,
+                 finished is not None)  # fmt: skip
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
+
+
+def shard_table(shards: list[Shard]) -> list[str]:
+    lines = [
+        "| shard | commit | started (UTC) | wall | cases | cases/min |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in sorted(shards, key=lambda s: s.shard):
+        state = "" if s.finished else " (unfinished)"
+        lines.append(
+            f"| {s.shard} | {s.git_sha[:7]} | {_utc(s.started)} | {s.wall_s / 60:.1f} min | "
+            f"{s.done} of {s.planned}{state} | {s.per_min:.1f} |"
+        )
+    done, wall = sum(s.done for s in shards), sum(s.wall_s for s in shards)
+    planned = sum(s.planned for s in shards)
+    lines.append(
+        f"| all | {', '.join(sorted({s.git_sha[:7] for s in shards}))} | | {wall / 3600:.2f} h | "
+        f"{done} of {planned} | {60.0 * done / wall if wall else float('nan'):.1f} |"
+    )
+    return lines
+
+
+def _trainready(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainready", *args], capture_output=True, text=True, check=False
+    )
+    if proc.returncode not in (0, 1):  # 1: some case did not pass
+        sys.exit(f"trainready {' '.join(args[:1])} failed: {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+def page(dirs: list[Path], allow_partial: bool) -> str:
+    shards = [read_shard(d) for d in dirs]
+    with tempfile.TemporaryDirectory(prefix="all-modalities-") as tmp:
+        merged = Path(tmp) / "merged"
+        merge = ["merge", *map(str, dirs), "--out", str(merged)]
+        _trainready(*merge, *(["--allow-partial"] if allow_partial else []))
+        report = _trainready("report", str(merged), "-f", "md")
+    head = [
+        "# Parity over every modality on the CPU: the standard preset, shards merged",
+        "",
+        "Produced by `python -m benchmarks.all_modalities SHARD_DIRS --out THIS_FILE`, each shard "
+        "run as `trainready run parity --device cpu --preset standard --shard I/8 --jobs 2 "
+        "--out DIR` on a 2-core machine (throughput: cases over the shards' summed wall time).",
+        "",
+        *shard_table(shards),
+        "",
+    ]
+    if not all(s.finished for s in shards) or len(shards) < max(
+        int(s.shard.split("/")[1]) for s in shards if "/" in s.shard
+    ):
+        head += ["**Partial**: not every shard has finished; the report covers what ran.", ""]
+    return "\n".join(head) + "\n" + report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shards", nargs="+", type=Path, help="the shards' --out directories")
+    ap.add_argument("--out", type=Path, required=True, help="the markdown page to write")
+    ap.add_argument("--allow-partial", action="store_true", help="merge unfinished shards too")
+    args = ap.parse_args()
+    args.out.write_text(page(args.shards, args.allow_partial))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

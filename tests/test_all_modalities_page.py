@@ -1,0 +1,50 @@
+"""The all-modalities benchmark page (`benchmarks/all_modalities.py`): one row per shard read from
+its store (commit, wall time, cases, cases per minute), the totals, the merged run's report; a
+shard missing is refused unless --allow-partial, and the page then says it is partial."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.all_modalities import page, read_shard
+from trainready import api
+
+SUITE = "tests.faulty_suite"
+OPTIONS = {"kinds": ["ok"] * 6}
+
+
+@pytest.fixture(scope="module")
+def shard_dirs(tmp_path_factory) -> list:
+    root = tmp_path_factory.mktemp("shards")
+    dirs = []
+    for i in range(2):
+        out = root / f"s{i}"
+        api.run([SUITE], device="cpu", out=out, shard=f"{i}/2", options=OPTIONS)
+        dirs.append(out)
+    return dirs
+
+
+def test_each_shard_is_read_from_its_store(shard_dirs):
+    shards = [read_shard(d) for d in shard_dirs]
+    assert [s.shard for s in shards] == ["0/2", "1/2"]
+    assert sum(s.done for s in shards) == len(OPTIONS["kinds"])
+    assert all(s.finished and s.done == s.planned and s.wall_s > 0 for s in shards)
+    assert all(s.git_sha for s in shards)
+
+
+def test_the_page_has_a_row_per_shard_the_totals_and_the_merged_report(shard_dirs):
+    text = page(shard_dirs, allow_partial=False)
+    rows = [
+        line for line in text.splitlines() if line.startswith("| 0/2") or line.startswith("| 1/2")
+    ]
+    assert len(rows) == 2 and all("cases/min" not in r for r in rows)
+    total = next(line for line in text.splitlines() if line.startswith("| all |"))
+    assert f"| {len(OPTIONS['kinds'])} of {len(OPTIONS['kinds'])} |" in total
+    assert "# trainready scorecard" in text  # the merged run's report follows
+    assert "**Partial**" not in text
+
+
+def test_a_missing_shard_is_refused_unless_allowed_and_then_said(shard_dirs):
+    with pytest.raises(SystemExit, match="missing shard"):
+        page(shard_dirs[:1], allow_partial=False)
+    assert "**Partial**" in page(shard_dirs[:1], allow_partial=True)
