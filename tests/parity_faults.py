@@ -112,6 +112,38 @@ class RaisesInForward(TinyLM):
         raise RuntimeError("planted: the forward raises")
 
 
+class NearKink(TinyLM):
+    """A ReLU whose input p[0] = -1e-9 sits within rounding of the kink (an honest run may take
+    that decision either way); compiled (`torch.compiler.is_compiling`), p is shifted by
+    `shift` first: +2e-9 at p[0] is an honest flip, +1.4 at p[2] (-0.7) a wrong one."""
+
+    shift: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.p = nn.Parameter(torch.tensor([-1e-9, 0.5, -0.7, 0.9]))
+        self.v = nn.Parameter(torch.randn(4, VOCAB) * 0.1)
+        self.kink = nn.ReLU()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        p = self.p
+        if any(self.shift) and torch.compiler.is_compiling():
+            p = p + torch.tensor(self.shift, dtype=p.dtype, device=p.device)
+        return super().forward(ids) + self.kink(p) @ self.v
+
+
+class NearKinkFlippedWhenCompiled(NearKink):
+    shift = (2e-9, 0.0, 0.0, 0.0)
+
+
+class FarKinkFlippedWhenCompiled(NearKink):
+    shift = (0.0, 0.0, 1.4, 0.0)
+
+
+class NearKinkWrongBackward(NearKink, WrongBackward):
+    """The near kink and WrongBackward's 2% weight-gradient skew below float64."""
+
+
 def clean(seed: int) -> nn.Module:
     return TinyLM(seed)
 
@@ -142,3 +174,19 @@ def raises_under_a_dispatch_mode(seed: int) -> nn.Module:
 
 def raises_in_forward(seed: int) -> nn.Module:
     return RaisesInForward(seed)
+
+
+def near_kink(seed: int) -> nn.Module:
+    return NearKink(seed)
+
+
+def near_kink_flipped_when_compiled(seed: int) -> nn.Module:
+    return NearKinkFlippedWhenCompiled(seed)
+
+
+def far_kink_flipped_when_compiled(seed: int) -> nn.Module:
+    return FarKinkFlippedWhenCompiled(seed)
+
+
+def near_kink_wrong_backward(seed: int) -> nn.Module:
+    return NearKinkWrongBackward(seed)

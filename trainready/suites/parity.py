@@ -21,7 +21,9 @@ judged", never a pass. The optimizer step is judged at the dtype the parameters 
 (fp32 under autocast) against the CPU's fp32 AdamW from the device's own gradients. A model that
 routes by top-k (MoE), eager: the device's routing decisions are recorded and replayed in the
 reference and the baselines, and judged on their own (`_pin`, `probes/routing.py`); its
-auxiliary loss is compared as a tensor of its own.
+auxiliary loss is compared as a tensor of its own. A case whose tensors fail is judged again
+against the reference with one near-kink ReLU decision flipped (`_kink_flips`,
+`probes/kinks.py`): a decision within rounding of its kink is one honest runs take either way.
 
 Also per case: eager runs the first step under the ops probe, records its aten ops, host
 round-trips and CPU fallbacks (`probes/ops.py`), and reports any difference from the training
@@ -80,6 +82,7 @@ from trainready.device import device_type, is_oom, torch_dtype
 from trainready.models.families import MODALITIES
 from trainready.probes import ties
 from trainready.probes.compile import CompileProbe, backend_unsupported
+from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
 from trainready.probes.numerics import (
     SMALL_NUMEL,
     Verdict,
@@ -150,6 +153,12 @@ INDEPENDENT_SEEDS = (1, 2)
 MORE_SEEDS = (3, 4, 5, 6, 7, 8)
 MORE_SEEDS_BUDGET_S = 60.0
 BORDERLINE = 2.0
+# Kinks (`_kink_flips`): elements of a ReLU-family input within this share of the input's rms
+# from a kink are decisions an honest run at the dtype may take either way (fp32 rounding of
+# activations of rms ~1 is ~1e-7; the flips measured: 7.9e-7 (hgnet_v2), 8.0e-7 (mobilenet_v1)).
+# bf16/fp16 put too many elements that near to try them one by one.
+KINK_REL_TOL = {"fp32": 1e-5}
+MAX_KINKS = 8  # the nearest this many are tried, each one float64 first step; none if more
 # The seed of the float64 reference's independently rounded rerun (`_reference_noise`).
 REFERENCE_SEED = 1
 # The smoke preset's Hugging Face types: one dense decoder and one MoE.
@@ -618,12 +627,20 @@ def _routed(traits: dict[str, str]) -> bool:
 
 
 def _check(
-    subject: Subject, ref: Trace, dev: Trace, base: Baseline, dtype: str, out: Outcome
+    subject: Subject,
+    ref: Trace,
+    dev: Trace,
+    base: Baseline,
+    dtype: str,
+    out: Outcome,
+    noise_ref: Trace | None = None,
 ) -> tuple[list[str], dict[str, Verdict]]:
     """Every tensor and the loss curve against the reference: the problems found, as text, and
-    the verdict on each tensor."""
+    the verdict on each tensor. The baselines' noise is measured against `noise_ref` where given
+    (the plain reference, when `ref` is one with a decision flipped: `_kink_flips`)."""
     pre = ref.named(after_step=False)
-    _, verdicts = judge(pre, dev.named(after_step=False), base.noise(pre), dtype, base.rule)
+    noise = base.noise((noise_ref or ref).named(after_step=False))
+    _, verdicts = judge(pre, dev.named(after_step=False), noise, dtype, base.rule)
     # The optimizer step, at the dtype the parameters are kept in: float64 AdamW from the
     # device's own gradients is what it should have produced, the CPU's fp32 AdamW from the same
     # gradients is how close an honest fp32 step comes.
@@ -820,6 +837,53 @@ def _escalated(
         with phase("check"):
             problems, _ = _check(subject, ref, dev, base, base.dtype, out)
     return base, problems
+
+
+def _kink_flips(
+    subject: Subject,
+    data: Data,
+    checked: tuple[Trace, Trace, Baseline],
+    dtype: str,
+    out: Outcome,
+    phase: Callable,
+    replay: list[torch.Tensor] | None,
+    problems: list[str],
+) -> list[str]:
+    """A case whose tensors failed, judged again against the reference with one decision of a
+    ReLU-family module flipped, for each element the reference's first step puts within
+    KINK_REL_TOL of its input's rms from a kink (the nearest MAX_KINKS; none tried where there
+    are more): honest runs may take such a decision either way (`probes/kinks.py`). The noise
+    stays the baselines' distance from the plain reference. The problems left ([] where one
+    flip explains the device's run, named in `kinks.flipped`)."""
+    ref, dev, base = checked
+    rel_tol = KINK_REL_TOL.get(dtype)
+    if rel_tol is None or not name_kinks(subject.model):
+        return problems
+    found: list[Kink] = []
+    reference = Spec("cpu", "fp64", 1)
+    with phase("kinks"), near_kinks(rel_tol, found, MAX_KINKS), _replaying(replay):
+        first_step(subject.model, data, reference)
+    report: dict[str, Any] = {"near": len(found), "tried": 0}
+    out.diagnostics["kinks"] = report
+    if not found or len(found) > MAX_KINKS:
+        if found:
+            report["near"] = f"more than {MAX_KINKS}: none tried"
+        return problems
+    for kink in found:
+        with phase("kinks"), flipping(kink), _replaying(replay):
+            flipped = first_step(subject.model, data, reference)
+        report["tried"] += 1
+        one = replace(
+            ref, loss=flipped.loss, logits=flipped.logits, grads=flipped.grads, aux=flipped.aux
+        )
+        with phase("check"):
+            left, _ = _check(subject, one, dev, base, dtype, out, noise_ref=ref)
+        if not left:
+            report["flipped"] = kink.to_json()
+            return []
+    with phase("check"):  # the diagnostics of the plain judgement again
+        left, _ = _check(subject, ref, dev, base, dtype, out)
+    return left
 
 
 def _pinnable(kind: str, dtype: str) -> bool:
@@ -1026,10 +1090,13 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
         return out
     with phase("check"):
         problems, verdicts = _check(subject, ref, dev, base, dtype, out)
+    replay = recorder.log if pinned is not None else None
     if problems and base.kind == "independent" and not dev.broken_ties:
-        replay = recorder.log if pinned is not None else None
         checked = (ref, dev, base)
         base, problems = _escalated(subject, data, steps, checked, out, phase, verdicts, replay)
+    if problems and out.diagnostics["tensors_failing"] and not dev.broken_ties:
+        checked = (ref, dev, base)
+        problems = _kink_flips(subject, data, checked, dtype, out, phase, replay, problems)
     if dev.broken_ties:  # the cause of what the tensors show: named first
         out.diagnostics["broken_ties"] = [list(g) for g in dev.broken_ties]
         problems.insert(0, ties.describe(dev.broken_ties, ctx.device))
