@@ -60,7 +60,7 @@ def test_a_handler_that_changes_the_result_changes_outputs_and_gradients():
 
 def test_a_backward_op_with_a_boxed_autograd_fallback_is_intercepted():
     """native_group_norm_backward's autograd kernel is the boxed fallback, which skips the
-    ADInplaceOrView key: it is handled above autograd instead."""
+    ADInplaceOrView key: it is handled at the CPU's autograd key instead."""
     seen = Counter()
     x = torch.randn(2, 8, 5, requires_grad=True)
     w = torch.randn(8, requires_grad=True)
@@ -72,6 +72,29 @@ def test_a_backward_op_with_a_boxed_autograd_fallback_is_intercepted():
         "aten.native_group_norm.default": 1,
         "aten.native_group_norm_backward.default": 1,
     }
+
+
+def test_higher_order_operators_still_run_inside_the_block():
+    """An autograd.Function under torch.func.grad is a higher-order operator (it found no kernel
+    when a key above autograd was put in the include set: HF unlimited_ocr's towers)."""
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    with intercept({aten.mm.default: _counting(Counter())}):
+        grad = torch.func.grad(lambda t: Square.apply(t).sum())(torch.ones(3))
+    assert torch.equal(grad, torch.full((3,), 2.0))
 
 
 def test_the_registration_is_gone_after_the_block_even_when_it_raises():

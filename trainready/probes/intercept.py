@@ -5,19 +5,21 @@ tiny models parity trains, that doubles a run even when the mode changes one op 
 `intercept` sees only the ops it is given, through Python kernels registered for them alone
 (a scoped `torch.library` registration, removed on exit); every other op passes in C++.
 
-Where the handler runs matters for autograd. A call that autograd records (grad mode on, an
-input requiring grad) is handled just below autograd, at the `ADInplaceOrView` key, as a dispatch
-mode would be: autograd records the op itself (its usual backward), not the handler's own ops.
-Any other call -- a backward's ops, a call on tensors that need no grad -- is handled at the
-`PreDispatch` key (above autograd, put in the thread's include set for the block), because some
-ops' autograd kernels (the boxed fallback of native_group_norm_backward) skip `ADInplaceOrView`.
-A handler runs with both keys excluded: the ops it calls, the intercepted op included, run
-plainly.
+The kernels sit just below autograd, at the `ADInplaceOrView` key, as a dispatch mode does:
+autograd records the op itself (its usual backward), not the handler's own ops, and the
+backward's ops are dispatched the same way, so they are intercepted in turn. A handler runs with
+the key excluded: the ops it calls, the intercepted op included, run plainly.
+
+Some ops' autograd kernel is PyTorch's boxed fallback, which redispatches past `ADInplaceOrView`
+(`SKIP_AD_INPLACE_OR_VIEW`: native_group_norm_backward, called only by group norm's backward).
+Those are intercepted at the CPU's autograd key instead, in place of that fallback: a call of
+them is then never recorded (no double backward through them), which first-order training never
+needs. (Putting a key above autograd in the thread's include set instead breaks higher-order
+operators, which find no kernel for it.) `tests/test_perturb_conv.py` calls every op the CPU's
+baseline intercepts on its own, so an op that a PyTorch version routes past the kernel is seen.
 
 The registration holds for the whole process while the block runs (a worker runs one case at a
-time); blocks do not nest. Not seen: a recorded call of an op whose autograd kernel skips
-`ADInplaceOrView` (native_group_norm_backward under double backward), and tensors made under
-inference mode.
+time); blocks may be active together for different ops, not for the same one.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from torch._C import DispatchKey, DispatchKeySet
 
 Handler = Callable[[Any, tuple, dict], Any]  # (op, args, kwargs) -> the op's result
 
-_ABOVE, _BELOW = DispatchKey.PreDispatch, DispatchKey.ADInplaceOrView
-_PAST_BOTH = DispatchKeySet(_ABOVE) | DispatchKeySet(_BELOW)
-_PAST_ABOVE = DispatchKeySet(_ABOVE)
+aten = torch.ops.aten
+SKIP_AD_INPLACE_OR_VIEW = frozenset({aten.native_group_norm_backward.default})
+_BELOW = DispatchKey.ADInplaceOrView
+# While a handler runs: past autograd and the kernels themselves.
+_PAST = DispatchKeySet(DispatchKey.AutogradCPU) | DispatchKeySet(_BELOW)
 
 
 def _qualified(op: torch._ops.OpOverload) -> str:
@@ -42,28 +46,12 @@ def _qualified(op: torch._ops.OpOverload) -> str:
     return f"{name}.{schema.overload_name}" if schema.overload_name else name
 
 
-def _recorded(args: tuple) -> bool:
-    """Whether autograd records a call on `args` (grad mode on, a tensor requiring grad)."""
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args
-    )
-
-
-def _kernels(op: torch._ops.OpOverload, handler: Handler) -> tuple[Callable, Callable]:
-    """(above autograd, below it): each call is handled by exactly one of them."""
-
-    def above(*args: Any, **kwargs: Any) -> Any:
-        if _recorded(args):  # on through autograd, to `below`
-            with torch._C._ExcludeDispatchKeyGuard(_PAST_ABOVE):
-                return op(*args, **kwargs)
-        with torch._C._ExcludeDispatchKeyGuard(_PAST_BOTH):
+def _kernel(op: torch._ops.OpOverload, handler: Handler) -> Callable:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_PAST):
             return handler(op, args, kwargs)
 
-    def below(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(_PAST_BOTH):
-            return handler(op, args, kwargs)
-
-    return above, below
+    return kernel
 
 
 @contextlib.contextmanager
@@ -72,8 +60,6 @@ def intercept(handlers: dict[torch._ops.OpOverload, Handler]) -> Iterator[None]:
     aten ops only: a handler is registered under the op's own namespace."""
     with torch.library._scoped_library("aten", "IMPL") as lib:
         for op, handler in handlers.items():
-            above, below = _kernels(op, handler)
-            lib.impl(_qualified(op), above, _ABOVE.name)
-            lib.impl(_qualified(op), below, _BELOW.name)
-        with torch._C._IncludeDispatchKeyGuard(_ABOVE):
-            yield
+            key = "AutogradCPU" if op in SKIP_AD_INPLACE_OR_VIEW else _BELOW.name
+            lib.impl(_qualified(op), _kernel(op, handler), key)
+        yield
