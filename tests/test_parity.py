@@ -11,7 +11,7 @@ from trainready.core.case import Case
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
 from trainready.probes.numerics import Verdict
-from trainready.suites import parity
+from trainready.suites import parity, parity_verdicts
 
 FAULTS = "tests.parity_faults"
 FAULTS_FILE = Path(__file__).with_name("parity_faults.py")
@@ -311,14 +311,14 @@ def test_without_transformers_the_zoo_is_one_unsupported_case(monkeypatch):
 
 def test_judge_names_a_gradient_missing_on_the_device():
     ref = {"loss": torch.tensor(1.0), "w.grad": torch.ones(2)}
-    ok, verdicts = parity.judge(ref, {"loss": torch.tensor(1.0)}, {"loss": 0.0}, "fp32")
+    ok, verdicts = parity_verdicts.judge(ref, {"loss": torch.tensor(1.0)}, {"loss": 0.0}, "fp32")
     assert not ok and not verdicts["w.grad"].ok
 
 
 def test_describe_uses_rmse_over_the_threshold():
     v = Verdict(False, "noise_vs_cpu", {"rmse": 7.3e-6}, threshold=1e-6)
-    entry = parity._worst({"layers.1.mlp.w2.grad": v}, 1)[0]
-    assert parity.describe(entry) == "layers.1.mlp.w2.grad rmse ratio 7.3"
+    entry = parity_verdicts.worst({"layers.1.mlp.w2.grad": v}, 1)[0]
+    assert parity_verdicts.describe(entry) == "layers.1.mlp.w2.grad rmse ratio 7.3"
     assert math.isclose(entry["ratio"], 7.3)
 
 
@@ -326,7 +326,7 @@ def test_describe_uses_rmse_over_the_threshold():
 def test_structural_failures_rank_worst(rule):
     bad = Verdict(False, rule, {})
     fine = Verdict(True, "allclose", {"tol_ratio": 0.5})
-    assert parity._worst({"a": fine, "b": bad}, 2)[0]["tensor"] == "b"
+    assert parity_verdicts.worst({"a": fine, "b": bad}, 2)[0]["tensor"] == "b"
 
 
 # --- MoE: routing replayed, decisions judged on their own ---------------------------------------

@@ -1,4 +1,4 @@
-"""What a failing CPU eager parity case is judged again with (`suites/parity.py`, `_escalated`):
+"""What a failing CPU eager parity case is judged again with (`suites/parity_rejudge.py`, `escalated`):
 the float64 reference's own rounding noise on the failing tensors, and more independently
 rounded runs where every failure is borderline. A tensor that is float64 rounding residue (zero
 in exact arithmetic) passes where fp32 returns 0, and a device value well above the residue
@@ -13,7 +13,7 @@ import torch
 
 from trainready.core.case import Outcome
 from trainready.probes.numerics import Verdict
-from trainready.suites import parity
+from trainready.suites import parity_noise, parity_verdicts
 from trainready.suites.parity_engine import Trace
 
 RESIDUE = 5e-22  # a float64 gradient that is zero in exact arithmetic (HF blip-2's Q-Former)
@@ -28,9 +28,9 @@ def _judged(device: torch.Tensor, reference_noise: dict[str, float]) -> Verdict:
     g = torch.Generator().manual_seed(0)
     ref = RESIDUE * torch.randn(4096, dtype=torch.float64, generator=g)
     runs = (_trace(torch.zeros(4096)), _trace(torch.zeros(4096)))  # fp32: exactly 0, both
-    base = parity.Baseline("independent", runs, "fp32", reference_noise=reference_noise)
+    base = parity_noise.Baseline("independent", runs, "fp32", reference_noise=reference_noise)
     pre = {"w.grad": ref}
-    _, verdicts = parity.judge(pre, {"w.grad": device}, base.noise(pre), "fp32", base.rule)
+    _, verdicts = parity_verdicts.judge(pre, {"w.grad": device}, base.noise(pre), "fp32", base.rule)
     return verdicts["w.grad"]
 
 
@@ -49,8 +49,8 @@ def test_a_device_value_far_above_the_residue_still_fails():
 def test_the_reference_noise_adds_in_quadrature():
     runs = (_trace(torch.full((128,), 1.0)), _trace(torch.full((128,), 1.0 + 3e-7)))
     ref = {"w.grad": torch.ones(128, dtype=torch.float64)}
-    plain = parity.Baseline("independent", runs, "fp32").noise(ref)["w.grad"]
-    both = parity.Baseline("independent", runs, "fp32", reference_noise={"w.grad": 4e-7})
+    plain = parity_noise.Baseline("independent", runs, "fp32").noise(ref)["w.grad"]
+    both = parity_noise.Baseline("independent", runs, "fp32", reference_noise={"w.grad": 4e-7})
     assert both.noise(ref)["w.grad"] == pytest.approx(math.hypot(plain, 4e-7))
 
 
@@ -71,12 +71,12 @@ def _verdict(ratio: float) -> Verdict:
 def test_only_borderline_failures_get_more_runs(ratios, curve_ok, escalated):
     out = Outcome(diagnostics={"curve": {"ok": curve_ok}})
     verdicts = {f"t{i}": _verdict(r) for i, r in enumerate(ratios)}
-    assert parity._borderline(out, verdicts) is escalated
+    assert parity_verdicts.borderline(out, verdicts) is escalated
 
 
 def test_a_shape_failure_is_never_borderline():
     out = Outcome(diagnostics={"curve": {"ok": True}})
-    assert not parity._borderline(out, {"logits": Verdict(False, "shape", {})})
+    assert not parity_verdicts.borderline(out, {"logits": Verdict(False, "shape", {})})
 
 
 @pytest.mark.slow

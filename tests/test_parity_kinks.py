@@ -1,4 +1,4 @@
-"""Kinks (`probes/kinks.py`, `suites/parity.py` `_kink_flips`): a ReLU decision within rounding of
+"""Kinks (`probes/kinks.py`, `suites/parity_rejudge.py` `kink_flips`): a ReLU decision within rounding of
 its kink that a device takes the other way than float64 is honest, and the case passes with the
 flip named; a flip far from the kink, and a gradient fault beside a near kink, still fail."""
 
@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tests.test_parity import _run
-from trainready.probes.kinks import flipping, name_kinks, near_kinks
-from trainready.suites import parity
+from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
+from trainready.suites import parity_rejudge
 
 
 def _found(model: nn.Module, x: torch.Tensor, rel_tol: float = 1e-5, limit: int = 8) -> list:
@@ -51,7 +51,7 @@ def test_flipping_opens_or_closes_one_elements_gradient_path_in_place_too():
         with torch.no_grad():
             pre = model[0](x)
         closed = 2
-        kink = parity.Kink("1", 0, closed, float(pre[0, closed]), 0.0, True, 1.0)
+        kink = Kink("1", 0, closed, float(pre[0, closed]), 0.0, True, 1.0)
         grads = []
         for flip in (False, True):
             model.zero_grad()
@@ -73,7 +73,7 @@ def test_an_honest_flip_of_a_near_kink_decision_passes_with_the_flip_named():
 
 
 def test_without_the_kink_judgement_the_honest_flip_fails(monkeypatch):
-    monkeypatch.setattr(parity, "KINK_REL_TOL", {})
+    monkeypatch.setattr(parity_rejudge, "KINK_REL_TOL", {})
     out = _run("near_kink_flipped_when_compiled", mode="compile")
     assert out.status == "fail_numerics" and "p.grad" in out.diagnostics["error"]
 

@@ -9,7 +9,7 @@ from trainready.core.case import Case
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
 from trainready.models import hf, hf_tasks
-from trainready.suites import parity
+from trainready.suites import parity, parity_plan
 
 FAULTS = "tests.parity_task_faults"
 
@@ -161,7 +161,7 @@ def test_quick_keeps_the_causal_zoo_and_samples_each_modality():
     causal = [c for c in cases if c.params["source"] == "hf"]
     tasks = [c for c in cases if c.params["source"] == "hf_task"]
     assert len(causal) == len(hf.model_types())
-    assert sorted(c.params["model"] for c in tasks) == sorted(parity.QUICK_TASK_TYPES)
+    assert sorted(c.params["model"] for c in tasks) == sorted(parity_plan.QUICK_TASK_TYPES)
     assert "parity/hf/llama/eager/fp32" in [c.id for c in causal]  # ids stay stable
     assert "parity/hf/t5/eager/fp32" in [c.id for c in tasks]
 
@@ -192,7 +192,7 @@ def test_a_library_zoo_that_does_not_import_is_one_unavailable_case(monkeypatch)
     def missing(source):
         raise ImportError(f"No module named {source!r}")
 
-    monkeypatch.setattr(parity, "zoo_module", missing)
+    monkeypatch.setattr(parity_plan, "zoo_module", missing)
     cases = _cases(zoo="timm")
     assert [c.id for c in cases] == ["parity/timm/unavailable"]
     out = execute_case(parity, cases[0], CaseContext("cpu", "fp32", 60.0))

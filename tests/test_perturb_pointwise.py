@@ -40,5 +40,5 @@ def test_a_time_embedding_passes_only_with_pointwise_rounding_and_a_wrong_sin_fa
     bug = parity_case("time_embed_sin_bug", MODELS)
     assert bug.status == "fail_numerics"
     # the first judgement alone (no rerun with elementwise rounding): the clean net fails
-    monkeypatch.setattr(parity, "_escalated", lambda *a: (a[3][2], ["not escalated"]))
+    monkeypatch.setattr(parity, "escalated", lambda *a: (a[3][2], ["not escalated"]))
     assert parity_case("time_embed", MODELS).status == "fail_numerics"

@@ -1,0 +1,125 @@
+"""A failing parity case judged again, with what the first judgement does not see.
+
+`escalated` (CPU eager cases, whose baseline is independently rounded runs): the float64
+reference's own rounding noise on the failing tensors, independent runs that round elementwise
+ops too, and more seeds where every failure is borderline. `kink_flips` (any case whose tensors
+fail): the reference with one near-kink ReLU decision flipped, a decision an honest run at the
+dtype may take either way (`probes/kinks.py`). Each returns the problems left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from trainready.core.case import Outcome
+from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
+from trainready.probes.numerics import Verdict
+from trainready.suites.parity_engine import Data, Spec, Trace, first_step
+from trainready.suites.parity_models import Subject
+from trainready.suites.parity_noise import (
+    INDEPENDENT_SEEDS,
+    Baseline,
+    independent,
+    more_runs,
+    reference_noise,
+    replaying,
+)
+from trainready.suites.parity_verdicts import borderline, check
+
+# Kinks (`kink_flips`): elements of a ReLU-family input within this share of the input's rms
+# from a kink are decisions an honest run at the dtype may take either way (fp32 rounding of
+# activations of rms ~1 is ~1e-7; the flips measured: 7.9e-7 (hgnet_v2), 8.0e-7 (mobilenet_v1)).
+# bf16/fp16 put too many elements that near to try them one by one.
+KINK_REL_TOL = {"fp32": 1e-5}
+MAX_KINKS = 8  # the nearest this many are tried, each one float64 first step; none if more
+
+
+def escalated(
+    subject: Subject,
+    data: Data,
+    steps: int,
+    checked: tuple[Trace, Trace, Baseline],
+    out: Outcome,
+    phase: Callable,
+    verdicts: dict[str, Verdict],
+    replay: list[torch.Tensor] | None,
+) -> tuple[Baseline, list[str]]:
+    """A CPU eager fp32 case that failed, judged again with what its first baseline does not
+    see: the reference's own rounding noise on the failing tensors; the independent runs redone
+    with elementwise ops rounded independently too (`IndependentRounding(pointwise=True)`, three
+    times the cost, so only here); and, where every failure is still borderline (`borderline`),
+    `MORE_SEEDS` more such runs. Every run follows the device's routing where the case's runs
+    were pinned to it (`replay`). (The baseline and the problems found.)"""
+    ref, dev, base = checked
+    noise = reference_noise(subject, data, ref, verdicts, phase, replay)
+    if noise:
+        out.diagnostics["reference_noise"] = {n: float(v) for n, v in noise.items()}
+    base = replace(base, reference_noise=base.reference_noise | noise)
+    if base.dtype == "fp32":
+        with phase("independent_full"):
+            full, why = independent(
+                subject, data, base.dtype, steps, INDEPENDENT_SEEDS, replay, pointwise=True
+            )
+        if full is not None:
+            base = replace(full, reference_noise=base.reference_noise)
+            out.diagnostics["independent_rounding"] = full.counts
+        else:
+            out.diagnostics["independent_full"] = why
+    with phase("check"):
+        problems, verdicts = check(subject, ref, dev, base, base.dtype, out)
+    if problems and borderline(out, verdicts):
+        base = more_runs(subject, data, steps, base, out, phase, replay)
+        with phase("check"):
+            problems, _ = check(subject, ref, dev, base, base.dtype, out)
+    return base, problems
+
+
+def kink_flips(
+    subject: Subject,
+    data: Data,
+    checked: tuple[Trace, Trace, Baseline],
+    dtype: str,
+    out: Outcome,
+    phase: Callable,
+    replay: list[torch.Tensor] | None,
+    problems: list[str],
+) -> list[str]:
+    """A case whose tensors failed, judged again against the reference with one decision of a
+    ReLU-family module flipped, for each element the reference's first step puts within
+    KINK_REL_TOL of its input's rms from a kink (the nearest MAX_KINKS; none tried where there
+    are more): honest runs may take such a decision either way (`probes/kinks.py`). The noise
+    stays the baselines' distance from the plain reference. The problems left ([] where one
+    flip explains the device's run, named in `kinks.flipped`)."""
+    ref, dev, base = checked
+    rel_tol = KINK_REL_TOL.get(dtype)
+    if rel_tol is None or not name_kinks(subject.model):
+        return problems
+    found: list[Kink] = []
+    reference = Spec("cpu", "fp64", 1)
+    with phase("kinks"), near_kinks(rel_tol, found, MAX_KINKS), replaying(replay):
+        first_step(subject.model, data, reference)
+    report: dict[str, Any] = {"near": len(found), "tried": 0}
+    out.diagnostics["kinks"] = report
+    if not found or len(found) > MAX_KINKS:
+        if found:
+            report["near"] = f"more than {MAX_KINKS}: none tried"
+        return problems
+    for kink in found:
+        with phase("kinks"), flipping(kink), replaying(replay):
+            flipped = first_step(subject.model, data, reference)
+        report["tried"] += 1
+        one = replace(
+            ref, loss=flipped.loss, logits=flipped.logits, grads=flipped.grads, aux=flipped.aux
+        )
+        with phase("check"):
+            left, _ = check(subject, one, dev, base, dtype, out, noise_ref=ref)
+        if not left:
+            report["flipped"] = kink.to_json()
+            return []
+    with phase("check"):  # the diagnostics of the plain judgement again
+        left, _ = check(subject, ref, dev, base, dtype, out)
+    return left

@@ -1,0 +1,148 @@
+"""The parity verdict: a run's tensors and loss curve against the float64 reference, each within
+the noise its honest baseline (`parity_noise.Baseline`) measures, and the worst of them named.
+
+`judge` compares tensors (`probes/numerics.judge_many`, DESIGN.md's rule); `check` judges a whole
+run: the loss, the logits and every gradient before the step, every parameter after the optimizer
+step (against float64 AdamW from the device's own gradients, within the CPU's fp32 AdamW's
+distance from it), and the loss curve step by step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from trainready.core.case import Outcome
+from trainready.device import torch_dtype
+from trainready.probes.numerics import (
+    Verdict,
+    curve_tolerance,
+    judge_many,
+    loss_curve_compare,
+    noise_rmse,
+)
+from trainready.suites.parity_engine import (
+    Trace,
+    optimizer_step_baseline,
+    optimizer_step_reference,
+)
+from trainready.suites.parity_models import Subject
+from trainready.suites.parity_noise import Baseline
+
+WORST_SHOWN = 3
+# A failure every tensor of which misses its bound by at most this much is borderline: more
+# honest runs may settle it (`parity_rejudge.escalated`).
+BORDERLINE = 2.0
+
+
+def ratio(v: Verdict) -> float:
+    """How far over its allowance a tensor is: rmse over the rule's threshold, or the allclose
+    tolerance ratio where no rmse rule was needed; inf for shape and non-finite failures."""
+    if v.rule in ("shape", "nonfinite"):
+        return float("inf")
+    if v.threshold:
+        return v.errors["rmse"] / v.threshold
+    return v.errors.get("tol_ratio", 0.0)
+
+
+def worst(verdicts: dict[str, Verdict], n: int) -> list[dict[str, Any]]:
+    ranked = sorted(verdicts.items(), key=lambda kv: (kv[1].ok, -ratio(kv[1])))
+    return [
+        {"tensor": name, "ok": v.ok, "rule": v.rule, "ratio": ratio(v), **_short(v)}
+        for name, v in ranked[:n]
+    ]
+
+
+def _short(v: Verdict) -> dict[str, Any]:
+    keys = ("rmse", "ref_rms", "noise_rmse", "floor", "max_abs", "max_rel", "cosine", "nonfinite",
+            "missing_on_device")  # fmt: skip
+    return {k: v.errors[k] for k in keys if k in v.errors}
+
+
+def describe(entry: dict[str, Any]) -> str:
+    if entry.get("missing_on_device"):
+        return f"{entry['tensor']} missing on the device"
+    if entry["rule"] in ("shape", "nonfinite"):
+        return f"{entry['tensor']} {entry['rule']} mismatch"
+    return f"{entry['tensor']} rmse ratio {entry['ratio']:.3g}"
+
+
+def judge(
+    ref: dict[str, torch.Tensor],
+    dev: dict[str, torch.Tensor],
+    noise: dict[str, float],
+    dtype: str,
+    rule: str = "noise_vs_cpu",
+) -> tuple[bool, dict[str, Verdict]]:
+    """Every reference tensor the device also has, against its measured noise (inf where none
+    was measured); a tensor the device lacks fails as a shape mismatch."""
+    missing = sorted(ref.keys() - dev.keys())
+    named = {n: (r, dev[n], noise.get(n, math.inf)) for n, r in ref.items() if n in dev}
+    ok, _, verdicts = judge_many(named, dtype, rule)
+    for name in missing:  # a gradient the reference has and the device lacks
+        verdicts[name] = Verdict(False, "shape", {"missing_on_device": True})
+    return ok and not missing, verdicts
+
+
+def check(
+    subject: Subject,
+    ref: Trace,
+    dev: Trace,
+    base: Baseline,
+    dtype: str,
+    out: Outcome,
+    noise_ref: Trace | None = None,
+) -> tuple[list[str], dict[str, Verdict]]:
+    """Every tensor and the loss curve against the reference: the problems found, as text, and
+    the verdict on each tensor. The baselines' noise is measured against `noise_ref` where given
+    (the plain reference, when `ref` is one with a decision flipped: `kink_flips`)."""
+    pre = ref.named(after_step=False)
+    noise = base.noise((noise_ref or ref).named(after_step=False))
+    _, verdicts = judge(pre, dev.named(after_step=False), noise, dtype, base.rule)
+    # The optimizer step, at the dtype the parameters are kept in: float64 AdamW from the
+    # device's own gradients is what it should have produced, the CPU's fp32 AdamW from the same
+    # gradients is how close an honest fp32 step comes.
+    step_dtype = "fp64" if dtype == "fp64" else "fp32"
+    expected = optimizer_step_reference(subject.model, dev.grads)
+    honest = optimizer_step_baseline(subject.model, dev.grads, torch_dtype(step_dtype))
+    step_noise = {n: noise_rmse(t, honest[n]) for n, t in expected.items()}
+    after = {f"{n}.after_step": p for n, p in dev.params.items()}
+    _, step_verdicts = judge(expected, after, step_noise, step_dtype, "noise_vs_cpu_optimizer")
+    verdicts |= step_verdicts
+    curve = loss_curve_compare(ref.curve, dev.curve, curve_tolerance(base.curve(ref.curve)))
+    shown = worst(verdicts, WORST_SHOWN)
+    out.diagnostics |= {
+        "worst": shown,
+        "tensors_compared": len(verdicts),
+        "tensors_failing": sum(not v.ok for v in verdicts.values()),
+        "curve": {**curve, "reference": ref.curve, "device": dev.curve},
+    }
+    out.metrics |= {
+        "loss": float(dev.loss),
+        "worst_ratio": shown[0]["ratio"] if shown else 0.0,
+        "curve_max_rel_dev": float(curve["max_rel_dev"]),
+        "curve_rel_tol": float(curve["rel_tol"]),
+        "first_step_s": dev.first_step_s,
+        "step_s": dev.step_s,
+    }
+    problems = []
+    failing = [w for w in shown if not w["ok"]]
+    if failing:
+        problems.append("; ".join(describe(w) for w in failing))
+    if not curve["ok"]:
+        problems.append(
+            f"loss curve diverges from the reference at step {curve['first_diverging_step']}"
+            f" (max rel dev {curve['max_rel_dev']:.3g} > {curve['rel_tol']:.3g})"
+        )
+    return problems, verdicts
+
+
+def borderline(out: Outcome, verdicts: dict[str, Verdict]) -> bool:
+    """Whether the case failed on its loss curve alone, or on tensors that all miss their bound
+    by at most BORDERLINE (what more honest runs can settle)."""
+    failing = [v for v in verdicts.values() if not v.ok]
+    return all(v.threshold is not None and ratio(v) <= BORDERLINE for v in failing) and (
+        bool(failing) or not out.diagnostics["curve"]["ok"]
+    )
