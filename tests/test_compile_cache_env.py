@@ -16,6 +16,7 @@ from trainready.core.case import Outcome
 from trainready.core.context import CaseContext
 from trainready.device import compile_cache_env
 from trainready.suites import train as suite
+from trainready.suites import train_plan, train_processes
 from trainready.suites.train import SCENARIOS
 from trainready.training import TrainSpec
 
@@ -94,8 +95,8 @@ class FakeScenarios:
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_each_mode_gets_a_fresh_cache_that_its_scenarios_share_in_order(monkeypatch, nproc):
     fake = FakeScenarios()
-    monkeypatch.setattr(suite, "run_single", fake.single)
-    monkeypatch.setattr(suite, "run_ranks", fake.ranks)
+    monkeypatch.setattr(train_processes, "run_single", fake.single)
+    monkeypatch.setattr(train_processes, "run_ranks", fake.ranks)
     monkeypatch.setattr(suite, "judge", lambda p, runs, peak: Outcome("pass", {}, {}))
     (case,) = suite.cases(RunConfig(suites=["train"], device="cpu", options={"nproc": nproc}))
     ctx = CaseContext(device="cpu", dtype="bf16", budget_s=60)
@@ -104,7 +105,7 @@ def test_each_mode_gets_a_fresh_cache_that_its_scenarios_share_in_order(monkeypa
 
     # Scenario by scenario, both modes in turn (so load drifting over the case hits both alike).
     expected = [
-        suite.scenario_spec(case.params, "cpu", m, s) for s in SCENARIOS for m in suite.MODES
+        train_plan.scenario_spec(case.params, "cpu", m, s) for s in SCENARIOS for m in suite.MODES
     ]
     assert [spec for spec, _, _ in fake.calls] == expected * 2
     runs = [fake.calls[i : i + len(expected)] for i in (0, len(expected))]

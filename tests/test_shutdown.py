@@ -227,7 +227,7 @@ def test_an_ignored_signal_stays_ignored():
 
 def test_a_worker_whose_runner_is_gone_starts_nothing(monkeypatch, tmp_path):
     """The reported bug: a worker left behind went on to start a training process."""
-    from trainready.suites.train import run_single
+    from trainready.suites.train_processes import run_single
     from trainready.training import TrainSpec
 
     assert not procs.runner_gone()  # outside a worker nothing is refused

@@ -11,7 +11,8 @@ from trainready.config import ConfigError
 from trainready.models.qwen3 import Qwen3, qwen3_config
 from trainready.probes.flops import training_flops_per_token
 from trainready.probes.numerics import loss_curve_compare
-from trainready.suites.train import PARITY_REL_TOL, combine_ranks
+from trainready.suites.train import PARITY_REL_TOL
+from trainready.suites.train_processes import combine_ranks
 from trainready.training import (
     Fp32Master,
     TrainSpec,

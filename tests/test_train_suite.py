@@ -16,8 +16,9 @@ from trainready.core.context import CaseContext
 from trainready.core.store import Store
 from trainready.ledger import Mode, break_even_range
 from trainready.report.sections.train import COMPILE_PHASE_COLUMNS, break_even_text
-from trainready.suites import train as suite
-from trainready.suites.train import MODES, SCENARIOS, Scenario, cases, combine_ranks, judge
+from trainready.suites import train_plan, train_processes
+from trainready.suites.train import MODES, SCENARIOS, Scenario, cases, judge
+from trainready.suites.train_processes import combine_ranks
 from trainready.training import COMPILE_PHASES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,12 +66,12 @@ def test_bad_options_are_config_errors(options, message):
 
 def test_arch_change_edits_one_thing():
     p = cases(_cfg())[0].params
-    cold = suite.scenario_spec(p, "cpu", "compiled", "cold")
-    arch = suite.scenario_spec(p, "cpu", "compiled", "arch_change")
-    shape = suite.scenario_spec(p, "cpu", "eager", "shape_change")
+    cold = train_plan.scenario_spec(p, "cpu", "compiled", "cold")
+    arch = train_plan.scenario_spec(p, "cpu", "compiled", "arch_change")
+    shape = train_plan.scenario_spec(p, "cpu", "eager", "shape_change")
     assert arch.model_overrides == {"mlp_activation": "gelu"} and cold.model_overrides == {}
     assert (shape.seq_len, shape.compile, cold.compile) == (32, "none", "blocks")
-    norm = suite.scenario_spec({**p, "arch_change": "norm"}, "cpu", "compiled", "arch_change")
+    norm = train_plan.scenario_spec({**p, "arch_change": "norm"}, "cpu", "compiled", "arch_change")
     assert norm.model_overrides == {"extra_norm": True}
 
 
@@ -298,10 +299,10 @@ def test_run_mode_skips_later_scenarios_after_a_failed_cold(monkeypatch, tmp_pat
         calls.append(env["TORCHINDUCTOR_CACHE_DIR"])
         return Scenario("", "", status="fail_compile", error="no compiler")
 
-    monkeypatch.setattr(suite, "run_single", fake_single)
+    monkeypatch.setattr(train_processes, "run_single", fake_single)
     p = cases(_cfg())[0].params
     ctx = CaseContext(device="cpu", dtype="bf16", budget_s=60)
-    out = suite.run_mode(p, ctx, "compiled", tmp_path, deadline=float("inf"))
+    out = train_processes.run_mode(p, ctx, "compiled", tmp_path, deadline=float("inf"))
     assert [s.status for s in out] == ["fail_compile", "skipped", "skipped", "skipped"]
     assert calls == [str(tmp_path / "compiled" / "cache" / "inductor")]
 

@@ -26,7 +26,7 @@ from trainready.profile import capture
 from trainready.training import TrainSpec
 
 if TYPE_CHECKING:
-    from trainready.suites.train import Scenario
+    from trainready.suites.train_processes import Scenario
 
 MODULE = "trainready.suites.train_profile"  # the profiled training's entry point (profiled_main)
 
