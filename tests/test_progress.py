@@ -87,21 +87,23 @@ def test_lines_at_start_every_interval_and_at_the_end():
     assert len(_lines(buf)) == 4  # stopping twice prints one last line
 
 
-def test_a_resumed_run_counts_what_was_done_and_paces_on_this_invocation():
+def test_a_resumed_run_counts_what_was_done_with_its_statuses_and_paces_on_this_invocation():
     console, buf = _log()
     clock = FakeClock()
     obs = LineObserver(console, interval_s=15, clock=clock, background=False)
-    obs.on_plan("run-1", total=10, already_done=6)
+    obs.on_plan(
+        "run-1", total=10, already_done=6, earlier={"pass": 4, "fail_numerics": 1, "skipped": 1}
+    )
     obs.on_start(A)
     clock.now += 30
     obs.on_result(Result(A, "pass"))
     obs.stop("interrupted (SIGTERM)")
     assert "6 already done (resuming)" in buf.getvalue()
     first, last = _lines(buf)
-    assert first.startswith("progress 6/10 done: 0 pass, 0 fail, 0 other;")
+    assert first.startswith("progress 6/10 done: 4 pass, 1 fail, 1 other;")
     assert (
         last
-        == "progress 7/10 done: 1 pass, 0 fail, 0 other; elapsed 0:00:30; interrupted (SIGTERM)"
+        == "progress 7/10 done: 5 pass, 1 fail, 1 other; elapsed 0:00:30; interrupted (SIGTERM)"
     )
     clock.now += 15
     obs.tick()  # stopped: nothing more

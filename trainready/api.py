@@ -42,7 +42,11 @@ class Observer:
 
     def on_message(self, text: str) -> None: ...
 
-    def on_plan(self, run_id: str, total: int, already_done: int) -> None: ...
+    def on_plan(
+        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
+    ) -> None:
+        """The run is planned: `total` cases, `already_done` of them stored by an earlier
+        invocation (--resume), with `earlier` their statuses."""
 
     def on_start(self, case: Case) -> None: ...
 
@@ -201,7 +205,7 @@ def run(
         summary = RunSummary(run_id, store.db_path, planned=total, resumed=previous is not None)
         for r in store.results(run_id):
             summary.counts[r.status] += 1
-        obs.on_plan(run_id, total, len(done))
+        obs.on_plan(run_id, total, len(done), dict(summary.counts))
 
         def on_result(result: Result) -> None:
             store.add_result(run_id, result)  # committed before anything else sees it

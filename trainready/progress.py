@@ -74,6 +74,7 @@ class RunProgress(Observer):
         self.running: dict[str, None] = {}  # case ids in flight, oldest first
         self.planned = 0
         self.already_done = 0  # done by an earlier invocation (--resume)
+        self.earlier: Counter[str] = Counter()  # their statuses
 
     def __enter__(self) -> RunProgress:
         return self
@@ -89,18 +90,22 @@ class RunProgress(Observer):
         return self.already_done + sum(self.counts.values())
 
     def tally(self) -> tuple[int, int, int]:
-        """(pass, fail, other) over the results of this invocation."""
-        passed = self.counts["pass"]
-        failed = sum(n for s, n in self.counts.items() if s in FAILING)
-        return passed, failed, sum(self.counts.values()) - passed - failed
+        """(pass, fail, other) over every result of the run, an earlier invocation's included."""
+        counts = self.counts + self.earlier
+        passed = counts["pass"]
+        failed = sum(n for s, n in counts.items() if s in FAILING)
+        return passed, failed, sum(counts.values()) - passed - failed
 
     def on_message(self, text: str) -> None:
         self.console.print(f"[dim]{escape(text)}[/]")
 
-    def on_plan(self, run_id: str, total: int, already_done: int) -> None:
+    def on_plan(
+        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
+    ) -> None:
         for line in self.warnings:
             warn(line)
         self.planned, self.already_done = total, already_done
+        self.earlier = Counter(earlier or {})
         self.console.print(
             f"run [bold]{run_id}[/]: {plural(total, 'case')}"
             + (f", {already_done} already done (resuming)" if already_done else "")
@@ -163,8 +168,10 @@ class RichObserver(RunProgress):
         passed, failed, other = self.tally()
         return f"[green]{passed} pass[/] [red]{failed} fail[/] [yellow]{other} other[/]"
 
-    def on_plan(self, run_id: str, total: int, already_done: int) -> None:
-        super().on_plan(run_id, total, already_done)
+    def on_plan(
+        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
+    ) -> None:
+        super().on_plan(run_id, total, already_done, earlier)
         self.progress.start()
         self.task = self.progress.add_task(
             "cases", total=total, completed=already_done, tally=self._tally(), current=""
@@ -238,8 +245,10 @@ class LineObserver(RunProgress):
     def _print(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def on_plan(self, run_id: str, total: int, already_done: int) -> None:
-        super().on_plan(run_id, total, already_done)
+    def on_plan(
+        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
+    ) -> None:
+        super().on_plan(run_id, total, already_done, earlier)
         with self._lock:
             self._t0 = self.clock()
             self._next = self._t0
