@@ -112,6 +112,53 @@ class RaisesInForward(TinyLM):
         raise RuntimeError("planted: the forward raises")
 
 
+class _ZeroBackward(torch.autograd.Function):
+    """The identity, whose backward returns zeros: a gradient that never arrives."""
+
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        return torch.zeros_like(grad)
+
+
+class ZeroedWhenCompiled(TinyLM):
+    """Compiled (`torch.compiler.is_compiling`), the MLP's input gets no gradient through the
+    MLP: `up` and `down` still get theirs, the embedding gets only the residual's (inductor on
+    the CPU zeroed whole blocks of HF CHMv2 and diffusers' UNet2DCondition like this)."""
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            h = _ZeroBackward.apply(h)
+        return super().mlp(h)
+
+
+class ZeroedUpstream(TinyLM):
+    """Compiled, the whole block's output passes no gradient back: every parameter before the
+    norm gets an exact zero gradient."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        h = h + self.mlp(h)
+        if torch.compiler.is_compiling():
+            h = _ZeroBackward.apply(h)
+        return self.head(self.norm(h))
+
+
+class ExactlyZeroGradient(TinyLM):
+    """Correct but different: a parameter whose gradient is exactly zero in every precision (it
+    enters the output times 0), on the reference as on the device."""
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.unused = nn.Parameter(torch.ones(VOCAB))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) + 0.0 * self.unused
+
+
 class NearKink(TinyLM):
     """A ReLU whose input p[0] = -1e-9 sits within rounding of the kink (an honest run may take
     that decision either way); compiled (`torch.compiler.is_compiling`), p is shifted by
@@ -174,6 +221,18 @@ def raises_under_a_dispatch_mode(seed: int) -> nn.Module:
 
 def raises_in_forward(seed: int) -> nn.Module:
     return RaisesInForward(seed)
+
+
+def zeroed_when_compiled(seed: int) -> nn.Module:
+    return ZeroedWhenCompiled(seed)
+
+
+def zeroed_upstream(seed: int) -> nn.Module:
+    return ZeroedUpstream(seed)
+
+
+def exactly_zero_gradient(seed: int) -> nn.Module:
+    return ExactlyZeroGradient(seed)
 
 
 def near_kink(seed: int) -> nn.Module:

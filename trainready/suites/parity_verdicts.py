@@ -32,6 +32,7 @@ from trainready.suites.parity_models import Subject
 from trainready.suites.parity_noise import Baseline
 
 WORST_SHOWN = 3
+ZEROED_SHOWN = 5  # the zeroed tensors a problem line names
 # A failure every tensor of which misses its bound by at most this much is borderline: more
 # honest runs may settle it (`parity_rejudge.escalated`).
 BORDERLINE = 2.0
@@ -98,9 +99,10 @@ def check(
     """Every tensor and the loss curve against the reference: the problems found, as text, and
     the verdict on each tensor. The baselines' noise is measured against `noise_ref` where given
     (the plain reference, when `ref` is one with a decision flipped: `kink_flips`)."""
-    pre = ref.named(after_step=False)
+    pre, dev_pre = ref.named(after_step=False), dev.named(after_step=False)
     noise = base.noise((noise_ref or ref).named(after_step=False))
-    _, verdicts = judge(pre, dev.named(after_step=False), noise, dtype, base.rule)
+    _, verdicts = judge(pre, dev_pre, noise, dtype, base.rule)
+    zeros = zeroed(pre, dev_pre, verdicts)
     # The optimizer step, at the dtype the parameters are kept in: float64 AdamW from the
     # device's own gradients is what it should have produced, the CPU's fp32 AdamW from the same
     # gradients is how close an honest fp32 step comes.
@@ -128,6 +130,14 @@ def check(
         "step_s": dev.step_s,
     }
     problems = []
+    if zeros:  # the cause of the ratios below: named first, and as what it is
+        out.diagnostics["zeroed"] = zeros
+        out.metrics["zeroed_tensors"] = float(len(zeros))
+        more = f" and {len(zeros) - ZEROED_SHOWN} more" if len(zeros) > ZEROED_SHOWN else ""
+        problems.append(
+            f"{len(zeros)} tensors exactly zero on the device where the reference's are not: "
+            f"{', '.join(zeros[:ZEROED_SHOWN])}{more}"
+        )
     failing = [w for w in shown if not w["ok"]]
     if failing:
         problems.append("; ".join(describe(w) for w in failing))
@@ -137,6 +147,25 @@ def check(
             f" (max rel dev {curve['max_rel_dev']:.3g} > {curve['rel_tol']:.3g})"
         )
     return problems, verdicts
+
+
+def zeroed(
+    ref: dict[str, torch.Tensor], dev: dict[str, torch.Tensor], verdicts: dict[str, Verdict]
+) -> list[str]:
+    """The failing tensors the device returned as exactly zero where the reference's are not: a
+    gradient that never arrived (a backward cut off, a kernel that wrote nothing), which no
+    rounding makes. Only failing ones: a reference that is rounding residue where the device
+    returns an exact 0 (float64 residue of a gradient zero in exact arithmetic) is within its
+    noise and passes."""
+    return sorted(
+        n
+        for n, v in verdicts.items()
+        if not v.ok
+        and n in dev
+        and ref[n].shape == dev[n].shape
+        and not bool(dev[n].any())
+        and bool(ref[n].any())
+    )
 
 
 def borderline(out: Outcome, verdicts: dict[str, Verdict]) -> bool:
