@@ -177,3 +177,28 @@ def test_dist_compiled_fsdp2_is_unsupported_with_the_reason_before_the_ranks_sta
         assert r["status"] == "unsupported"
         assert "inductor has no code generator for device type 'emu'" in r["diagnostics"]["reason"]
         assert "start_s" not in r["metrics"]  # decided before any rank started
+
+
+def test_a_compiled_fault_on_emu_is_named_zeroed_and_placed_in_the_stack(tmp_path):
+    models = "tests.parity_faults:zeroed_upstream"
+    p = cli(
+        *(
+            "run",
+            "parity",
+            "--device",
+            "emu",
+            *IMPORT,
+            "--set",
+            "zoo=none",
+            "--set",
+            "modes=compile",
+        ),
+        *("--set", f"models={models}", "--set", "steps=3", "--compile-backend", "aot_eager"),
+        *("--out", str(tmp_path)),
+    )
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    (case,) = report(tmp_path)["results"]
+    d = case["diagnostics"]
+    assert case["status"] == "fail_numerics" and len(d["zeroed"]) == 5
+    assert d["compile_bisect"]["runs"]["eager"]["status"] == "fail_numerics"
+    assert d["error"].endswith("the fault is in " + d["compile_bisect"]["fault_in"])

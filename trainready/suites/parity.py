@@ -24,6 +24,8 @@ reference and the baselines, and judged on their own (`parity_noise.pin`, `probe
 auxiliary loss is compared as a tensor of its own. A case whose tensors fail is judged again
 against the reference with one near-kink ReLU decision flipped (`parity_rejudge.kink_flips`,
 `probes/kinks.py`): a decision within rounding of its kink is one honest runs take either way.
+A compiled case that still fails runs again with the backends below its own (aot_eager_decomp_
+partition, aot_eager, eager: `parity_bisect.py`), which places the fault in the compiler stack.
 
 Also per case: eager runs the first step under the ops probe, records its aten ops, host
 round-trips and CPU fallbacks (`probes/ops.py`), and reports any difference from the training
@@ -56,7 +58,8 @@ through the small summaries each case stores (`parity_baseline.py`).
 
 Modules: this one runs a case (`execute`); `parity_plan` plans the cases, `parity_models` builds
 the model, `parity_engine` trains it, `parity_noise` measures the honest baseline,
-`parity_verdicts` judges, `parity_rejudge` judges a failure again, `parity_cache` shares CPU runs
+`parity_verdicts` judges, `parity_rejudge` judges a failure again, `parity_bisect` places a
+compiled failure in the compiler stack, `parity_cache` shares CPU runs
 between cases, `parity_baseline` compares with another device's run.
 
 Compile caches: inductor's on-disk caches (FX graph, kernels) live in its default cache directory
@@ -71,6 +74,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -84,7 +88,7 @@ from trainready.probes import ties
 from trainready.probes.compile import CompileProbe, backend_unsupported
 from trainready.probes.ops import OpsProbe, OpsReport
 from trainready.probes.routing import Routing
-from trainready.suites import parity_baseline
+from trainready.suites import parity_baseline, parity_bisect
 from trainready.suites.parity_cache import Shared
 from trainready.suites.parity_engine import (
     Data,
@@ -290,6 +294,38 @@ def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: O
     return dev
 
 
+def _bisected(
+    subject: Subject,
+    data: Data,
+    spec: Spec,
+    judged_by: tuple[Trace, Baseline],
+    ctx: CaseContext,
+    out: Outcome,
+    phase: _Timed,
+) -> list[str]:
+    """A failing compiled case run again with the backends below its own (`parity_bisect.py`):
+    where in the compiler stack the fault lives, as one more line of the error ([] when there
+    is no backend below to try)."""
+    ref, base = judged_by
+    before = ctx.current_phase
+
+    def judged(backend: str) -> tuple[str, str | None]:
+        def run() -> Trace:
+            return _compiled(
+                subject, data, replace(spec, compile_backend=backend), ctx, Outcome("pass")
+            )
+
+        def judge(dev: Trace, scratch: Outcome) -> list[str]:
+            return check(subject, ref, dev, base, spec.dtype, scratch)[0]
+
+        with phase("bisect"):
+            return parity_bisect.judge_run(run, judge)
+
+    where = parity_bisect.bisect(spec.compile_backend, judged, out)
+    ctx.set_phase(before)
+    return [f"the fault is in {where}"] if where else []
+
+
 def _against_baseline(ref: str, case: Case, out: Outcome) -> list[str]:
     rel_tol = float(out.diagnostics["curve"]["rel_tol"])
     cmp = parity_baseline.compare(ref, case.id, out.diagnostics["summary"], rel_tol)
@@ -447,6 +483,8 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
             f"from float64 are not near-ties (worst {flipped.worst_ratio:.3g}x what the score "
             "noise allows)"
         )
+    if problems and mode == "compile":
+        problems += _bisected(subject, data, spec, (ref, base), ctx, out, phase)
     if ctx.options.get("baseline"):
         with phase("baseline"):
             problems += _against_baseline(str(ctx.options["baseline"]), case, out)

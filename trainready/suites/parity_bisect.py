@@ -1,0 +1,81 @@
+"""Where in the compiler stack a compiled case's failure lives: the failing run again with backends
+that each stop one stage earlier.
+
+`torch.compile` is dynamo's capture, then AOT autograd (the joint graph, partitioned into forward
+and backward), then a backend's decompositions and code generation. A case that fails compiled
+with backend B runs again with each backend of STAGES below B, in order, judged by the same rule
+against the same reference; the first that passes bounds the fault to the stage it leaves out.
+Every one failing puts it in dynamo's capture or in the model's own compiled path (code that
+branches on `torch.compiler.is_compiling`). Only failing compiled cases pay for it: one compile
+and run per backend tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainready.core.case import Outcome
+from trainready.suites.parity_engine import Trace
+
+# (backend, what it leaves out of the stack above it), from the most of the stack to the least.
+STAGES = (
+    (
+        "aot_eager_decomp_partition",
+        "the backend's lowering or code generation (AOT autograd with inductor's decompositions "
+        "and partitioner, run eagerly, passes)",
+    ),
+    (
+        "aot_eager",
+        "the decompositions or the partitioner (AOT autograd alone, run eagerly, passes)",
+    ),
+    ("eager", "AOT autograd (dynamo's graph run eagerly passes)"),
+)
+NONE_PASS = (
+    "dynamo's capture or the model's compiled path (it fails with every backend down to eager)"
+)
+
+
+def below(backend: str | None) -> list[str]:
+    """The STAGES backends below `backend` (all of them for inductor or a vendor's backend)."""
+    names = [name for name, _ in STAGES]
+    if backend in names:
+        return names[names.index(backend) + 1 :]
+    return names
+
+
+def bisect(
+    backend: str | None,
+    judged: Callable[[str], tuple[str, str | None]],
+    out: Outcome,
+) -> str | None:
+    """Run `judged(backend)` -> (status, error) for each backend below `backend` until one
+    passes; record every verdict in `compile_bisect` and return where the fault lives (None when
+    there is no backend below to try)."""
+    tried = below(backend)
+    if not tried:
+        return None
+    report: dict[str, Any] = {"backend": backend, "runs": {}}
+    out.diagnostics["compile_bisect"] = report
+    where = NONE_PASS
+    for name in tried:
+        status, error = judged(name)
+        report["runs"][name] = {"status": status, **({"error": error} if error else {})}
+        if status == "pass":
+            where = dict(STAGES)[name]
+            break
+    report["fault_in"] = where
+    return where
+
+
+def judge_run(
+    run: Callable[[], Trace], check: Callable[[Trace, Outcome], list[str]]
+) -> tuple[str, str | None]:
+    """(status, error) of one bisect run: `check`'s verdict on the trace `run` returns, or the
+    exception that stopped it."""
+    scratch = Outcome("pass")
+    try:
+        problems = check(run(), scratch)
+    except Exception as e:  # noqa: BLE001 - a backend that cannot run the model says so
+        return "fail_run", f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    return ("fail_numerics", " | ".join(problems)[:300]) if problems else ("pass", None)
