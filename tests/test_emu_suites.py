@@ -201,4 +201,4 @@ def test_a_compiled_fault_on_emu_is_named_zeroed_and_placed_in_the_stack(tmp_pat
     d = case["diagnostics"]
     assert case["status"] == "fail_numerics" and len(d["zeroed"]) == 5
     assert d["compile_bisect"]["runs"]["eager"]["status"] == "fail_numerics"
-    assert d["error"].endswith("the fault is in " + d["compile_bisect"]["fault_in"])
+    assert d["error"].endswith("the difference arises in " + d["compile_bisect"]["arises_in"])

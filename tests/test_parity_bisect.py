@@ -51,30 +51,30 @@ def _run(factory: str, backend: str):
     return execute_case(parity, case, CaseContext("cpu", "fp32", 300.0))
 
 
-def test_a_fault_in_code_generation_is_placed_below_aot_autograd():
+def test_a_arises_in_code_generation_is_placed_below_aot_autograd():
     _register_planted()
     out = _run("clean", PLANTED)
     assert out.status == "fail_numerics"
     report = out.diagnostics["compile_bisect"]
     assert report["runs"] == {"aot_eager_decomp_partition": {"status": "pass"}}
-    assert "lowering or code generation" in report["fault_in"]
-    assert out.diagnostics["error"].endswith(f"the fault is in {report['fault_in']}")
+    assert "lowering or code generation" in report["arises_in"]
+    assert out.diagnostics["error"].endswith(f"the difference arises in {report['arises_in']}")
 
 
-def test_a_fault_in_the_models_compiled_path_fails_with_every_backend():
+def test_a_arises_in_the_models_compiled_path_fails_with_every_backend():
     out = _run("zeroed_upstream", "aot_eager")
     assert out.status == "fail_numerics"
     report = out.diagnostics["compile_bisect"]
     assert (
         list(report["runs"]) == ["eager"] and report["runs"]["eager"]["status"] == "fail_numerics"
     )
-    assert report["fault_in"] == parity_bisect.NONE_PASS
+    assert report["arises_in"] == parity_bisect.NONE_PASS
 
 
 def test_a_case_compiled_with_eager_has_nothing_below_to_try():
     out = _run("zeroed_upstream", "eager")
     assert out.status == "fail_numerics" and "compile_bisect" not in out.diagnostics
-    assert "the fault is in" not in out.diagnostics["error"]
+    assert "compile bisection" not in out.diagnostics["error"]
 
 
 def test_a_clean_case_is_never_bisected():

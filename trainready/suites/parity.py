@@ -323,7 +323,7 @@ def _bisected(
 
     where = parity_bisect.bisect(spec.compile_backend, judged, out)
     ctx.set_phase(before)
-    return [f"the fault is in {where}"] if where else []
+    return [f"compile bisection: the difference arises in {where}"] if where else []
 
 
 def _against_baseline(ref: str, case: Case, out: Outcome) -> list[str]:

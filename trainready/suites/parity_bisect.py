@@ -4,7 +4,7 @@ that each stop one stage earlier.
 `torch.compile` is dynamo's capture, then AOT autograd (the joint graph, partitioned into forward
 and backward), then a backend's decompositions and code generation. A case that fails compiled
 with backend B runs again with each backend of STAGES below B, in order, judged by the same rule
-against the same reference; the first that passes bounds the fault to the stage it leaves out.
+against the same reference; the first that passes bounds the difference to the stage it leaves out.
 Every one failing puts it in dynamo's capture or in the model's own compiled path (code that
 branches on `torch.compiler.is_compiling`). Only failing compiled cases pay for it: one compile
 and run per backend tried.
@@ -50,7 +50,7 @@ def bisect(
     out: Outcome,
 ) -> str | None:
     """Run `judged(backend)` -> (status, error) for each backend below `backend` until one
-    passes; record every verdict in `compile_bisect` and return where the fault lives (None when
+    passes; record every verdict in `compile_bisect` and return where the difference arises (None when
     there is no backend below to try)."""
     tried = below(backend)
     if not tried:
@@ -64,7 +64,7 @@ def bisect(
         if status == "pass":
             where = dict(STAGES)[name]
             break
-    report["fault_in"] = where
+    report["arises_in"] = where
     return where
 
 
