@@ -322,6 +322,18 @@ def test_describe_uses_rmse_over_the_threshold():
     assert math.isclose(entry["ratio"], 7.3)
 
 
+def test_a_tensor_allowed_nothing_is_infinitely_over_and_says_why():
+    # owlv2's objectness bias gradient: exactly 0 in float64 and on the CPU, 7.9e-9 compiled
+    # (it read "rmse ratio 0", a failure that looked like a pass)
+    v = Verdict(False, "noise_vs_cpu", {"rmse": 7.9e-9, "ref_rms": 0.0}, threshold=0.0)
+    exact = Verdict(True, "noise_vs_cpu", {"rmse": 0.0, "ref_rms": 0.0}, threshold=0.0)
+    entry, other = parity_verdicts.worst({"b.grad": v, "c.grad": exact}, 2)
+    assert entry["ratio"] == math.inf and other["ratio"] == 0.0
+    assert parity_verdicts.describe(entry) == (
+        "b.grad rmse 7.9e-09 where the reference and the baseline are exactly 0"
+    )
+
+
 @pytest.mark.parametrize("rule", ["shape", "nonfinite"])
 def test_structural_failures_rank_worst(rule):
     bad = Verdict(False, rule, {})

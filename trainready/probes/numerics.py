@@ -138,13 +138,20 @@ def _measure(
     return None, ref, actual, errors
 
 
+def over_allowance(v: Verdict) -> float:
+    """How far over its allowance a tensor is: its rmse over the rule's threshold; where nothing
+    was allowed (no noise and no floor: a reference and a baseline both exactly 0), 0 if it is
+    exact and inf if not; inf for a shape or non-finite mismatch (no threshold)."""
+    if v.threshold is None:
+        return math.inf
+    if not v.threshold:
+        return math.inf if v.errors.get("rmse") else 0.0
+    return v.errors["rmse"] / v.threshold
+
+
 def _severity(v: Verdict) -> tuple[bool, float]:
     """Sort key, worst last: failures after passes, then the share of the allowed error used."""
-    if v.threshold is None:  # a shape or non-finite mismatch
-        return (not v.ok, math.inf)
-    if not v.threshold:  # nothing allowed: exact is fine, anything else infinitely off
-        return (not v.ok, math.inf if v.errors["rmse"] else 0.0)
-    return (not v.ok, v.errors["rmse"] / v.threshold)
+    return (not v.ok, over_allowance(v))
 
 
 def _rel_dev(ref: float, dev: float) -> float:

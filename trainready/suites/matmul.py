@@ -70,7 +70,7 @@ from trainready.probes.flops import (
     linear_grad_weight_flops,
     peak_diagnostics,
 )
-from trainready.probes.numerics import Verdict, judge, noise_rmse
+from trainready.probes.numerics import Verdict, judge, noise_rmse, over_allowance
 from trainready.probes.ops import OpsProbe
 from trainready.probes.timing import TimingStats, benchmark
 
@@ -319,7 +319,7 @@ def spot_check(
             verdicts[region_name(rb.name, cb.name)] = judge(ref64[at], got[at], noise, dtype, rule)
             c0 += len(cb.index)
         r0 += len(rb.index)
-    ratios = {name: _ratio(v) for name, v in verdicts.items()}
+    ratios = {name: over_allowance(v) for name, v in verdicts.items()}
     worst = max(verdicts, key=lambda name: (not verdicts[name].ok, ratios[name]))
     verdict = verdicts[worst]
     verdict = Verdict(
@@ -346,14 +346,6 @@ def _describe(found: list[Band]) -> str:
     if len(found) == 1:
         return "all"
     return ", ".join(f"{b.name} {len(b.index)}" for b in found)
-
-
-def _ratio(v: Verdict) -> float:
-    if v.rule in ("shape", "nonfinite"):
-        return math.inf
-    if not v.threshold:
-        return math.inf if v.errors.get("rmse") else 0.0
-    return v.errors["rmse"] / v.threshold
 
 
 # --- execute --------------------------------------------------------------------------------------

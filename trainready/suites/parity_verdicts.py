@@ -22,6 +22,7 @@ from trainready.probes.numerics import (
     judge_many,
     loss_curve_compare,
     noise_rmse,
+    over_allowance,
 )
 from trainready.suites.parity_engine import (
     Trace,
@@ -38,20 +39,10 @@ ZEROED_SHOWN = 5  # the zeroed tensors a problem line names
 BORDERLINE = 2.0
 
 
-def ratio(v: Verdict) -> float:
-    """How far over its allowance a tensor is: rmse over the rule's threshold, or the allclose
-    tolerance ratio where no rmse rule was needed; inf for shape and non-finite failures."""
-    if v.rule in ("shape", "nonfinite"):
-        return float("inf")
-    if v.threshold:
-        return v.errors["rmse"] / v.threshold
-    return v.errors.get("tol_ratio", 0.0)
-
-
 def worst(verdicts: dict[str, Verdict], n: int) -> list[dict[str, Any]]:
-    ranked = sorted(verdicts.items(), key=lambda kv: (kv[1].ok, -ratio(kv[1])))
+    ranked = sorted(verdicts.items(), key=lambda kv: (kv[1].ok, -over_allowance(kv[1])))
     return [
-        {"tensor": name, "ok": v.ok, "rule": v.rule, "ratio": ratio(v), **_short(v)}
+        {"tensor": name, "ok": v.ok, "rule": v.rule, "ratio": over_allowance(v), **_short(v)}
         for name, v in ranked[:n]
     ]
 
@@ -67,6 +58,11 @@ def describe(entry: dict[str, Any]) -> str:
         return f"{entry['tensor']} missing on the device"
     if entry["rule"] in ("shape", "nonfinite"):
         return f"{entry['tensor']} {entry['rule']} mismatch"
+    if math.isinf(entry["ratio"]):  # nothing was allowed: reference and baseline exactly 0
+        return (
+            f"{entry['tensor']} rmse {entry['rmse']:.3g} where the reference and the baseline are "
+            "exactly 0"
+        )
     return f"{entry['tensor']} rmse ratio {entry['ratio']:.3g}"
 
 
@@ -172,6 +168,6 @@ def borderline(out: Outcome, verdicts: dict[str, Verdict]) -> bool:
     """Whether the case failed on its loss curve alone, or on tensors that all miss their bound
     by at most BORDERLINE (what more honest runs can settle)."""
     failing = [v for v in verdicts.values() if not v.ok]
-    return all(v.threshold is not None and ratio(v) <= BORDERLINE for v in failing) and (
+    return all(v.threshold is not None and over_allowance(v) <= BORDERLINE for v in failing) and (
         bool(failing) or not out.diagnostics["curve"]["ok"]
     )
