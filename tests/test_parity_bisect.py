@@ -88,3 +88,14 @@ def test_the_backends_below_each_one():
     assert parity_bisect.below("my_vendor_backend") == parity_bisect.below("inductor")
     assert parity_bisect.below("aot_eager") == ["eager"]
     assert parity_bisect.below("eager") == []
+
+
+def test_a_bisection_over_its_budget_runs_nothing_and_says_so(monkeypatch):
+    _register_planted()
+    monkeypatch.setattr(parity_bisect, "BUDGET_S", 0.0)
+    out = _run("clean", PLANTED)
+    assert out.status == "fail_numerics"  # the verdict stands; only the placing is unknown
+    report = out.diagnostics["compile_bisect"]
+    first = report["runs"]["aot_eager_decomp_partition"]
+    assert first["status"] == "not run" and "over the bisection's 0 s" in first["why"]
+    assert report["arises_in"] is None and "compile bisection" not in out.diagnostics["error"]

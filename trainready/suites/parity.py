@@ -298,15 +298,16 @@ def _bisected(
     subject: Subject,
     data: Data,
     spec: Spec,
-    judged_by: tuple[Trace, Baseline],
+    judged_by: tuple[Trace, Trace, Baseline],
     ctx: CaseContext,
     out: Outcome,
     phase: _Timed,
 ) -> list[str]:
-    """A failing compiled case run again with the backends below its own (`parity_bisect.py`):
-    where in the compiler stack the fault lives, as one more line of the error ([] when there
-    is no backend below to try)."""
-    ref, base = judged_by
+    """A failing compiled case (its run `dev_run`, judged against `ref` and `base`) run again
+    with the backends below its own (`parity_bisect.py`): where in the compiler stack the
+    difference arises, as one more line of the error ([] when there is no backend below to try
+    or the budget left the answer unknown)."""
+    ref, dev_run, base = judged_by
     before = ctx.current_phase
 
     def judged(backend: str) -> tuple[str, str | None]:
@@ -321,7 +322,9 @@ def _bisected(
         with phase("bisect"):
             return parity_bisect.judge_run(run, judge)
 
-    where = parity_bisect.bisect(spec.compile_backend, judged, out)
+    # a bisection run costs about what the failing run did (its compile and every step)
+    estimate_s = dev_run.first_step_s + max(0, len(dev_run.curve) - 1) * dev_run.step_s
+    where = parity_bisect.bisect(spec.compile_backend, judged, out, estimate_s)
     ctx.set_phase(before)
     return [f"compile bisection: the difference arises in {where}"] if where else []
 
@@ -483,8 +486,8 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
             f"from float64 are not near-ties (worst {flipped.worst_ratio:.3g}x what the score "
             "noise allows)"
         )
-    if problems and mode == "compile":
-        problems += _bisected(subject, data, spec, (ref, base), ctx, out, phase)
+    if problems and mode == "compile" and not dev.broken_ties:
+        problems += _bisected(subject, data, spec, (ref, dev, base), ctx, out, phase)
     if ctx.options.get("baseline"):
         with phase("baseline"):
             problems += _against_baseline(str(ctx.options["baseline"]), case, out)

@@ -7,11 +7,14 @@ with backend B runs again with each backend of STAGES below B, in order, judged 
 against the same reference; the first that passes bounds the difference to the stage it leaves out.
 Every one failing puts it in dynamo's capture or in the model's own compiled path (code that
 branches on `torch.compiler.is_compiling`). Only failing compiled cases pay for it: one compile
-and run per backend tried.
+and run per backend tried, while they fit BUDGET_S (estimated from the failing run's own time), so
+a slow model's verdict is never lost to a case timeout; a backend left out is recorded as not run,
+and the stage is then unknown.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +34,7 @@ STAGES = (
     ),
     ("eager", "AOT autograd (dynamo's graph run eagerly passes)"),
 )
+BUDGET_S = 120.0  # the bisection's runs together
 NONE_PASS = (
     "dynamo's capture or the model's compiled path (it fails with every backend down to eager)"
 )
@@ -48,24 +52,35 @@ def bisect(
     backend: str | None,
     judged: Callable[[str], tuple[str, str | None]],
     out: Outcome,
+    estimate_s: float,
 ) -> str | None:
     """Run `judged(backend)` -> (status, error) for each backend below `backend` until one
-    passes; record every verdict in `compile_bisect` and return where the difference arises (None when
-    there is no backend below to try)."""
+    passes, each while its estimated `estimate_s` still fits BUDGET_S; record every verdict in
+    `compile_bisect` and return where the difference arises (None when there is no backend below
+    to try, or the budget left one out before any passed)."""
     tried = below(backend)
     if not tried:
         return None
     report: dict[str, Any] = {"backend": backend, "runs": {}}
     out.diagnostics["compile_bisect"] = report
-    where = NONE_PASS
+    spent = 0.0
     for name in tried:
+        if spent + estimate_s > BUDGET_S:
+            report["runs"][name] = {
+                "status": "not run",
+                "why": f"about {estimate_s:.0f} s more, over the bisection's {BUDGET_S:.0f} s",
+            }
+            report["arises_in"] = None
+            return None
+        t0 = time.perf_counter()
         status, error = judged(name)
+        spent += time.perf_counter() - t0
         report["runs"][name] = {"status": status, **({"error": error} if error else {})}
         if status == "pass":
-            where = dict(STAGES)[name]
-            break
-    report["arises_in"] = where
-    return where
+            report["arises_in"] = dict(STAGES)[name]
+            return report["arises_in"]
+    report["arises_in"] = NONE_PASS
+    return NONE_PASS
 
 
 def judge_run(
