@@ -7,7 +7,8 @@
 
 The page (issue #16's benchmark, `benchmarks/results/cpu-parity-all-modalities.md`) opens with
 one row per shard, read from its store: the commit it ran (`git_sha`), when it started, its wall
-time, cases done of planned and its throughput in cases per minute; then the totals (throughput
+time (less any stretch of over STOPPED_S in which no case ran: a shard stopped and resumed later
+with --resume), cases done of planned and its throughput in cases per minute; then the totals (throughput
 over the summed shard wall time, as if the shards ran one after another on one machine); then the
 report of the merged run (`trainready merge`, `trainready report -f md`: the verdict, pass rates
 by modality and by trait, every case that does not pass with its reason). With --allow-partial, a
@@ -25,6 +26,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+# A stretch this long with no case running is a stopped run (resumed later), not the run's time.
+STOPPED_S = 300.0
 
 
 @dataclass
@@ -44,24 +48,36 @@ class Shard:
         return 60.0 * self.done / self.wall_s if self.wall_s > 0 else float("nan")
 
 
+def running_wall(start: float, end: float, cases: list[tuple[float, float]]) -> float:
+    """Seconds from `start` to `end` less every stretch of over STOPPED_S in which none of
+    `cases` ((started, duration) each) was running."""
+    stopped, covered = 0.0, start
+    for begun, duration in sorted(cases):
+        if begun - covered > STOPPED_S:
+            stopped += begun - covered
+        covered = max(covered, begun + duration)
+    return end - start - stopped
+
+
 def read_shard(path: Path) -> Shard:
     """The latest run of a shard's store, with its wall time (to the last result where the run
-    has not finished)."""
+    has not finished; a stopped stretch left out: `running_wall`)."""
     con = sqlite3.connect(path / "trainready.db")
     try:
         run_id, created, finished, shard, env, planned = con.execute(
             "select run_id, created_at, finished_at, shard, env, planned from runs "
             "order by created_at desc limit 1"
         ).fetchone()
-        done, last = con.execute(
-            "select count(*), max(started_at + duration_s) from results where run_id = ?",
-            (run_id,),
-        ).fetchone()
+        cases = con.execute(
+            "select started_at, duration_s from results where run_id = ?", (run_id,)
+        ).fetchall()
     finally:
         con.close()
-    end = finished if finished is not None else (last or created)
+    last = max((begun + duration for begun, duration in cases), default=created)
+    end = finished if finished is not None else last
     sha = json.loads(env).get("git_sha") or "unknown"
-    return Shard(path, run_id, shard or "-", sha, created, end - created, done, planned or 0,
+    wall = running_wall(created, end, cases)
+    return Shard(path, run_id, shard or "-", sha, created, wall, len(cases), planned or 0,
                  finished is not None)  # fmt: skip
 
 

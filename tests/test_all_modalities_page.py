@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.all_modalities import page, read_shard
+from benchmarks.all_modalities import STOPPED_S, page, read_shard, running_wall
 from trainready import api
 
 SUITE = "tests.faulty_suite"
@@ -48,3 +48,13 @@ def test_a_missing_shard_is_refused_unless_allowed_and_then_said(shard_dirs):
     with pytest.raises(SystemExit, match="missing shard"):
         page(shard_dirs[:1], allow_partial=False)
     assert "**Partial**" in page(shard_dirs[:1], allow_partial=True)
+
+
+def test_a_stopped_stretch_is_left_out_of_a_shards_wall_time():
+    # two cases, then the run stopped for an hour and resumed (--resume) for a third
+    cases = [(0.0, 10.0), (5.0, 20.0), (3625.0, 30.0)]
+    assert running_wall(0.0, 3655.0, cases) == 3655.0 - (3625.0 - 25.0)
+    # gaps up to STOPPED_S (start-up, a worker between cases) stay in
+    short = [(0.0, 10.0), (10.0 + STOPPED_S, 5.0)]
+    assert running_wall(0.0, 15.0 + STOPPED_S, short) == 15.0 + STOPPED_S
+    assert running_wall(0.0, 4.0, []) == 4.0
