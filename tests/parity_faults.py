@@ -44,8 +44,9 @@ class _SkewedLinear(torch.autograd.Function):
     in its input's dtype."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):  # noqa: ANN001
+    def forward(ctx, x, weight, bias, factor=1.02):  # noqa: ANN001
         ctx.save_for_backward(x, weight)
+        ctx.factor = factor
         return x @ weight.t() + bias
 
     @staticmethod
@@ -54,15 +55,29 @@ class _SkewedLinear(torch.autograd.Function):
         rows = grad.reshape(-1, grad.shape[-1])
         grad_w = rows.t() @ x.reshape(-1, x.shape[-1]).to(grad.dtype)
         if grad_w.dtype != torch.float64:
-            grad_w = grad_w * 1.02
+            grad_w = grad_w * ctx.factor
         grad_x = (grad @ weight.to(grad.dtype)).to(x.dtype)
-        return grad_x, grad_w.to(weight.dtype), rows.sum(0).to(weight.dtype)
+        return grad_x, grad_w.to(weight.dtype), rows.sum(0).to(weight.dtype), None
 
 
 class WrongBackward(TinyLM):
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         hidden = torch.nn.functional.gelu(self.up(h))
         return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias)
+
+
+class NudgedWhenCompiled(TinyLM):
+    """Compiled, `down`'s weight gradient is `factor` too large below float64: a fault just
+    past the allowance, which pooling more honest runs must not explain away."""
+
+    seq_len = 256
+    factor = 1 + 2e-6
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(h))
+        if not torch.compiler.is_compiling():
+            return self.down(hidden)
+        return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias, self.factor)
 
 
 class ItemInForward(TinyLM):
@@ -249,3 +264,7 @@ def far_kink_flipped_when_compiled(seed: int) -> nn.Module:
 
 def near_kink_wrong_backward(seed: int) -> nn.Module:
     return NearKinkWrongBackward(seed)
+
+
+def nudged_when_compiled(seed: int) -> nn.Module:
+    return NudgedWhenCompiled(seed)

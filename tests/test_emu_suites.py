@@ -179,8 +179,11 @@ def test_dist_compiled_fsdp2_is_unsupported_with_the_reason_before_the_ranks_sta
         assert "start_s" not in r["metrics"]  # decided before any rank started
 
 
-def test_a_compiled_fault_on_emu_is_named_zeroed_and_placed_in_the_stack(tmp_path):
-    models = "tests.parity_faults:zeroed_upstream"
+def test_compiled_faults_on_emu_are_named_pooled_and_placed_in_the_stack(tmp_path):
+    """A block cut off (its gradients named zeroed) and a fault just past its allowance (judged
+    again with independently rounded CPU runs pooled in, and still failing), each placed in
+    the compiler stack by the bisection."""
+    models = "tests.parity_faults:zeroed_upstream,tests.parity_faults:nudged_when_compiled"
     p = cli(
         *(
             "run",
@@ -197,8 +200,14 @@ def test_a_compiled_fault_on_emu_is_named_zeroed_and_placed_in_the_stack(tmp_pat
         *("--out", str(tmp_path)),
     )
     assert p.returncode in (0, 1), p.stderr[-3000:]
-    (case,) = report(tmp_path)["results"]
-    d = case["diagnostics"]
-    assert case["status"] == "fail_numerics" and len(d["zeroed"]) == 5
-    assert d["compile_bisect"]["runs"]["eager"]["status"] == "fail_numerics"
-    assert d["error"].endswith("the difference arises in " + d["compile_bisect"]["arises_in"])
+    cases = {r["name"].split(":")[1].split("/")[0]: r for r in report(tmp_path)["results"]}
+    zeroed, nudged = cases["zeroed_upstream"], cases["nudged_when_compiled"]
+    for case in (zeroed, nudged):
+        d = case["diagnostics"]
+        assert case["status"] == "fail_numerics"
+        assert d["compile_bisect"]["runs"]["eager"]["status"] == "fail_numerics"
+        assert d["error"].endswith("the difference arises in " + d["compile_bisect"]["arises_in"])
+    assert len(zeroed["diagnostics"]["zeroed"]) == 5
+    assert "pooled_baseline" not in zeroed["diagnostics"]  # far past its allowance: a finding
+    d = nudged["diagnostics"]
+    assert d["pooled_baseline"] == 9 and d["error"].startswith("down.weight.grad rmse ratio")

@@ -416,3 +416,27 @@ def test_a_case_that_raised_counts_under_the_modality_it_was_planned_with():
     raised.case.params["modality"] = "vision"  # planned with it; the raise recorded nothing
     assert "modality" not in raised.diagnostics
     assert section._modality(raised) == "vision"
+
+
+def test_a_zoo_whose_library_is_missing_is_named_not_a_mode():
+    """The one case a missing library's zoo plans (no mode or dtype ran) reads 'zoo
+    unavailable' in the pass rates and the modality table, and is no column of the traits."""
+    missing = Result(
+        Case("parity", "timm/unavailable", {"source": "unavailable", "modality": "vision"}),
+        "unsupported",
+        diagnostics={"reason": "the timm zoo needs timm"},
+    )
+    results = [_family("vit", "eager", "pass", "vision", mixer="attention"), missing]
+    rates = {s.label: s.value for s in section._rates(results, "").items}
+    assert rates["parity zoo unavailable"] == "0/1" and "parity hf eager fp32" in rates
+    assert not any("?" in label for label in rates)
+    table = section._by_modality(results, "")
+    assert [c.name for c in table.columns] == [
+        "modality",
+        "eager",
+        "zoo unavailable",
+        "unsupported",
+    ]
+    assert table.rows == [["vision", "1/1", "0/1", 1]]
+    traits = section._by_trait(results, "")
+    assert [c.name for c in traits.columns] == ["trait", "value", "eager fp32"]

@@ -52,7 +52,7 @@ def test_lines_at_start_every_interval_and_at_the_end():
     clock = FakeClock()
     obs = LineObserver(console, interval_s=15, clock=clock, background=False)
     with obs:
-        obs.on_plan("run-1", total=4, already_done=0)
+        obs.on_plan("run-1", total=4)
         # The first line right away, before any case has run.
         assert _lines(buf) == ["progress 0/4 done: 0 pass, 0 fail, 0 other; elapsed 0:00:00, ETA ?"]
         obs.on_start(A)
@@ -91,9 +91,7 @@ def test_a_resumed_run_counts_what_was_done_with_its_statuses_and_paces_on_this_
     console, buf = _log()
     clock = FakeClock()
     obs = LineObserver(console, interval_s=15, clock=clock, background=False)
-    obs.on_plan(
-        "run-1", total=10, already_done=6, earlier={"pass": 4, "fail_numerics": 1, "skipped": 1}
-    )
+    obs.on_plan("run-1", total=10, earlier={"pass": 4, "fail_numerics": 1, "skipped": 1})
     obs.on_start(A)
     clock.now += 30
     obs.on_result(Result(A, "pass"))
@@ -114,7 +112,7 @@ def test_the_timer_thread_prints_while_a_case_runs():
     console, buf = _log()
     obs = LineObserver(console, interval_s=0.1)
     with obs:
-        obs.on_plan("run-1", total=1, already_done=0)
+        obs.on_plan("run-1", total=1)
         obs.on_start(A)
         time.sleep(0.45)
     lines = _lines(buf)
@@ -141,7 +139,7 @@ def test_an_80_column_bar_keeps_the_count_and_times_and_cuts_the_case_id():
     buf = io.StringIO()
     console = Console(file=buf, width=80, force_terminal=True, color_system=None)
     obs = RichObserver(console)
-    obs.on_plan("r", 397, 0)
+    obs.on_plan("r", 397)
     for case in (A, B, C):
         obs.on_result(Result(case, "pass"))
     long_id = "parity/hf/a_model_type_with_a_really_long_name/compile/bf16"

@@ -42,11 +42,9 @@ class Observer:
 
     def on_message(self, text: str) -> None: ...
 
-    def on_plan(
-        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
-    ) -> None:
-        """The run is planned: `total` cases, `already_done` of them stored by an earlier
-        invocation (--resume), with `earlier` their statuses."""
+    def on_plan(self, run_id: str, total: int, earlier: dict[str, int] | None = None) -> None:
+        """The run is planned: `total` cases; `earlier`: the statuses of those an earlier
+        invocation stored (--resume), as counts."""
 
     def on_start(self, case: Case) -> None: ...
 
@@ -205,7 +203,7 @@ def run(
         summary = RunSummary(run_id, store.db_path, planned=total, resumed=previous is not None)
         for r in store.results(run_id):
             summary.counts[r.status] += 1
-        obs.on_plan(run_id, total, len(done), dict(summary.counts))
+        obs.on_plan(run_id, total, dict(summary.counts))
 
         def on_result(result: Result) -> None:
             store.add_result(run_id, result)  # committed before anything else sees it

@@ -99,16 +99,14 @@ class RunProgress(Observer):
     def on_message(self, text: str) -> None:
         self.console.print(f"[dim]{escape(text)}[/]")
 
-    def on_plan(
-        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
-    ) -> None:
+    def on_plan(self, run_id: str, total: int, earlier: dict[str, int] | None = None) -> None:
         for line in self.warnings:
             warn(line)
-        self.planned, self.already_done = total, already_done
         self.earlier = Counter(earlier or {})
+        self.planned, self.already_done = total, sum(self.earlier.values())
         self.console.print(
             f"run [bold]{run_id}[/]: {plural(total, 'case')}"
-            + (f", {already_done} already done (resuming)" if already_done else "")
+            + (f", {self.already_done} already done (resuming)" if self.already_done else "")
         )
 
     def on_start(self, case: Case) -> None:
@@ -168,13 +166,11 @@ class RichObserver(RunProgress):
         passed, failed, other = self.tally()
         return f"[green]{passed} pass[/] [red]{failed} fail[/] [yellow]{other} other[/]"
 
-    def on_plan(
-        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
-    ) -> None:
-        super().on_plan(run_id, total, already_done, earlier)
+    def on_plan(self, run_id: str, total: int, earlier: dict[str, int] | None = None) -> None:
+        super().on_plan(run_id, total, earlier)
         self.progress.start()
         self.task = self.progress.add_task(
-            "cases", total=total, completed=already_done, tally=self._tally(), current=""
+            "cases", total=total, completed=self.already_done, tally=self._tally(), current=""
         )
 
     def on_start(self, case: Case) -> None:
@@ -245,10 +241,8 @@ class LineObserver(RunProgress):
     def _print(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def on_plan(
-        self, run_id: str, total: int, already_done: int, earlier: dict[str, int] | None = None
-    ) -> None:
-        super().on_plan(run_id, total, already_done, earlier)
+    def on_plan(self, run_id: str, total: int, earlier: dict[str, int] | None = None) -> None:
+        super().on_plan(run_id, total, earlier)
         with self._lock:
             self._t0 = self.clock()
             self._next = self._t0

@@ -210,6 +210,7 @@ SMALL_NUMEL = 64  # fewer entries: the tensor's own noise estimate is pooled wit
 SAMPLING_Z = 3.5
 NOISE_RULES = (
     "noise_vs_cpu",
+    "noise_vs_cpu_pooled",  # the CPU's run and independently rounded ones (a borderline fail)
     "noise_vs_independent",
     "noise_vs_independent_routed",
     "noise_vs_cpu_optimizer",

@@ -13,7 +13,9 @@ and data in float64 on the CPU. The numerics probe judges the loss, the logits, 
 and every parameter after the step (`judge_many`; DESIGN.md's rule), each against the noise an
 honest computation at the case dtype makes on that very tensor, and the loss curve step by step
 against a tolerance from the honest runs' own per-step deviation. The honest computation
-(`Baseline`): on a device, or compiled, the CPU running the case eagerly at the case dtype; where
+(`Baseline`): on a device, or compiled, the CPU running the case eagerly at the case dtype (a
+case failing borderline against that one run is judged again with independently rounded runs
+pooled in: `parity_rejudge.pooled`); where
 the device run *is* that run (eager on the CPU), two runs of the case whose roundings are
 independent of it (`probes/perturb.py`), whose disagreement is the noise; where neither exists
 (fp64 on the CPU, or the independent runs fail) the case is `unsupported` with "numerics not
@@ -109,8 +111,8 @@ from trainready.suites.parity_plan import (
     declared_modality,
     mode_pairs,
 )
-from trainready.suites.parity_rejudge import escalated, kink_flips
-from trainready.suites.parity_verdicts import check
+from trainready.suites.parity_rejudge import escalated, kink_flips, pooled
+from trainready.suites.parity_verdicts import borderline, check
 
 __all__ = [
     "NAME",
@@ -474,6 +476,13 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
     if problems and base.kind == "independent" and not dev.broken_ties:
         checked = (ref, dev, base)
         base, problems = escalated(subject, data, steps, checked, out, phase, verdicts, replay)
+    elif problems and not dev.broken_ties and borderline(out, verdicts, zero_allowed=True):
+        more = pooled(subject, data, steps, (ref, dev, base), out, phase, verdicts, replay)
+        if more is not None:
+            base = more
+            out.diagnostics["same_dtype_baseline"] = base.describe()
+            with phase("check"):
+                problems, verdicts = check(subject, ref, dev, base, dtype, out)
     if problems and out.diagnostics["tensors_failing"] and not dev.broken_ties:
         checked = (ref, dev, base)
         problems = kink_flips(subject, data, checked, dtype, out, phase, replay, problems)

@@ -1,10 +1,12 @@
 """The honest computation a parity run is judged against: what its noise is, and the runs that
 measure it.
 
-On a device, or compiled, it is the CPU running the case eagerly at the case dtype. Where the
-device run *is* that run (eager on the CPU), it is independently rounded CPU runs
-(`probes/perturb.py`), whose disagreement is the noise (`independent`; `more_runs` adds seeds for
-a borderline failure; `reference_noise` measures the float64 reference's own rounding). A model
+On a device, or compiled, it is the CPU running the case eagerly at the case dtype (one run: a
+borderline failure against it is judged again with independently rounded runs pooled in,
+`parity_rejudge.pooled`). Where the device run *is* that run (eager on the CPU), it is
+independently rounded CPU runs (`probes/perturb.py`), whose disagreement is the noise
+(`independent`; `more_runs` adds seeds for a borderline failure; `reference_noise` measures the
+float64 reference's own rounding). A model
 that routes by top-k (MoE), eager, has the device's routing replayed in the reference and the
 baselines (`pin`, `probes/routing.py`), so a near-tie decided the other way is judged on its own.
 """
@@ -53,7 +55,10 @@ class Baseline:
 
     `kind` "cpu": the CPU running the case eagerly at the dtype (one run); "independent": two CPU
     runs at the dtype whose roundings are independent of the plain run's and of each other
-    (`IndependentRounding`), for eager on the CPU, where the plain run is the device run itself.
+    (`IndependentRounding`), for eager on the CPU, where the plain run is the device run itself;
+    "pooled": the "cpu" run first, then independently rounded runs, each one more sample of how
+    far an honest run at the dtype lands from float64 (`parity_rejudge.pooled`): the noise is
+    the rms of their distances, each over its rounding's kappa.
     `routed`: the model routes tokens by a top-k (MoE), so a rounding can flip a near-tie and move
     a run by more than rounding noise. Eager runs pin the routing instead (`pin`: every run
     follows the device's decisions, judged on their own) and judge with routed=False; where
@@ -74,11 +79,18 @@ class Baseline:
     def rule(self) -> str:
         if self.kind == "cpu":
             return "noise_vs_cpu"
+        if self.kind == "pooled":
+            return "noise_vs_cpu_pooled"
         return "noise_vs_independent_routed" if self.routed else "noise_vs_independent"
 
     def describe(self) -> str:
         if self.kind == "cpu":
             return f"the CPU, eager, {self.dtype}"
+        if self.kind == "pooled":
+            return (
+                f"the CPU, eager, {self.dtype}, and {len(self.runs) - 1} CPU runs rounding "
+                "independently; noise = the rms of their distances from float64"
+            )
         how = (
             "fp32 compute, stochastically rounded to the dtype at every op"
             if self.dtype != "fp32"
@@ -96,6 +108,14 @@ class Baseline:
     def _kappa(self) -> float:
         return math.sqrt(KAPPA2[self.dtype])
 
+    def _kappas(self) -> list[float]:
+        """Each run's rounding over a plain run's (the pooled kind's first run is plain)."""
+        return [1.0] + [self._kappa()] * (len(self.runs) - 1)
+
+    @staticmethod
+    def _pooled(distances: list[float]) -> float:
+        return math.sqrt(sum(d * d for d in distances) / len(distances))
+
     def noise(self, ref: dict[str, torch.Tensor]) -> dict[str, float]:
         """The measured noise of each pre-step tensor (loss, logits, gradients)."""
         named = [r.named(after_step=False) for r in self.runs]
@@ -106,6 +126,10 @@ class Baseline:
                 continue
             if self.kind == "cpu":
                 out[n] = noise_rmse(r, named[0][n])
+                continue
+            if self.kind == "pooled":
+                own = [noise_rmse(r, t[n]) / k for t, k in zip(named, self._kappas(), strict=True)]
+                out[n] = math.hypot(self._pooled(own), self.reference_noise.get(n, 0.0))
                 continue
             out[n] = spread_noise(r, [t[n] for t in named], KAPPA2[self.dtype])
             # A tensor of a few entries estimates its noise from a few values, and some (a Mamba
@@ -126,6 +150,13 @@ class Baseline:
         run's rounding noise)."""
         if self.kind == "cpu":
             return curve_noise(ref, self.runs[0].curve)
+        if self.kind == "pooled":
+            own = [curve_noise(ref, run.curve) for run in self.runs]
+            kappas = self._kappas()
+            return [
+                self._pooled([o[i] / k for o, k in zip(own, kappas, strict=True)])
+                for i in range(len(ref))
+            ]
         kappa = self._kappa()
         # Each run's deviation is within rounding noise of the other's: their difference is the
         # spread, (x - r) - (y - r) = x - y, relative to the reference (over consecutive runs,
@@ -216,10 +247,11 @@ def more_runs(
     out: Outcome,
     phase: Callable,
     replay: list[torch.Tensor] | None,
+    pointwise: bool = True,
 ) -> Baseline:
-    """`MORE_SEEDS` more runs like `base`'s (pointwise rounding included) where they fit the
-    budget (the time of `base`'s runs says), recorded in `independent_runs`; `base` as it is
-    where they do not fit or fail."""
+    """`MORE_SEEDS` more independently rounded runs (elementwise ops too where `pointwise`, as
+    `base`'s were) where they fit the budget (the time of `base`'s runs says), recorded in
+    `independent_runs`; `base` as it is where they do not fit or fail."""
     spent = out.metrics.get("t_independent_full_s") or out.metrics.get("t_independent_s")
     per_run = (spent or math.inf) / len(INDEPENDENT_SEEDS)
     if per_run * len(MORE_SEEDS) > MORE_SEEDS_BUDGET_S:
@@ -229,7 +261,7 @@ def more_runs(
         )
         return base
     with phase("independent_more"):
-        more, why = independent(subject, data, base.dtype, steps, MORE_SEEDS, replay, True)
+        more, why = independent(subject, data, base.dtype, steps, MORE_SEEDS, replay, pointwise)
     out.diagnostics["independent_runs"] = len(INDEPENDENT_SEEDS) + len(MORE_SEEDS) if more else why
     return replace(base, runs=base.runs + more.runs) if more else base
 

@@ -2,7 +2,9 @@
 
 `escalated` (CPU eager cases, whose baseline is independently rounded runs): the float64
 reference's own rounding noise on the failing tensors, independent runs that round elementwise
-ops too, and more seeds where every failure is borderline. `kink_flips` (any case whose tensors
+ops too, and more seeds where every failure is borderline. `pooled` (cases judged against the
+CPU's one eager run: compiled, or on a device, where every failure is borderline): that run's
+distance from float64 pooled with independently rounded runs' distances. `kink_flips` (any case whose tensors
 fail): the reference with one near-kink ReLU decision flipped, a decision an honest run at the
 dtype may take either way (`probes/kinks.py`). Each returns the problems left.
 """
@@ -76,6 +78,39 @@ def escalated(
         with phase("check"):
             problems, _ = check(subject, ref, dev, base, base.dtype, out)
     return base, problems
+
+
+def pooled(
+    subject: Subject,
+    data: Data,
+    steps: int,
+    checked: tuple[Trace, Trace, Baseline],
+    out: Outcome,
+    phase: Callable,
+    verdicts: dict[str, Verdict],
+    replay: list[torch.Tensor] | None,
+) -> Baseline | None:
+    """The baseline of a case judged against the CPU's one eager run (compiled, or on a device)
+    whose failures more honest runs can settle (`borderline`, tensors allowed nothing included),
+    made from more samples: that run's distance from float64 is one sample of an honest run's,
+    and so is each independently rounded CPU run's (two, then `MORE_SEEDS` where they fit the
+    budget); the noise is their rms, with the reference's own rounding noise on the failing
+    tensors added. A lucky run (one that lands nearer float64 than honest runs do) no longer
+    sets the bar; a fault past BORDERLINE is never pooled away. None where no independently
+    rounded run can be made (why: `pooled_baseline`)."""
+    ref, _, base = checked
+    noise = reference_noise(subject, data, ref, verdicts, phase, replay)
+    if noise:
+        out.diagnostics["reference_noise"] = {n: float(v) for n, v in noise.items()}
+    with phase("independent"):
+        more, why = independent(subject, data, base.dtype, steps, INDEPENDENT_SEEDS, replay)
+    if more is None:
+        out.diagnostics["pooled_baseline"] = f"none: {why}"
+        return None
+    more = more_runs(subject, data, steps, more, out, phase, replay, pointwise=False)
+    out.diagnostics["independent_rounding"] = more.counts
+    out.diagnostics["pooled_baseline"] = 1 + len(more.runs)
+    return Baseline("pooled", base.runs + more.runs, base.dtype, base.routed, more.counts, noise)
 
 
 def kink_flips(

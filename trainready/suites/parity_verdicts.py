@@ -164,10 +164,18 @@ def zeroed(
     )
 
 
-def borderline(out: Outcome, verdicts: dict[str, Verdict]) -> bool:
+def borderline(out: Outcome, verdicts: dict[str, Verdict], zero_allowed: bool = False) -> bool:
     """Whether the case failed on its loss curve alone, or on tensors that all miss their bound
-    by at most BORDERLINE (what more honest runs can settle)."""
+    by at most BORDERLINE (what more honest runs can settle). With `zero_allowed`, a tensor
+    allowed nothing counts too (the reference and a single baseline run both exactly 0 there:
+    one run's exact zero says nothing of the residue another honest run leaves)."""
+
+    def settles(v: Verdict) -> bool:
+        if v.threshold is None:  # a shape or non-finite mismatch: no run settles it
+            return False
+        return over_allowance(v) <= BORDERLINE or (zero_allowed and v.threshold == 0)
+
     failing = [v for v in verdicts.values() if not v.ok]
-    return all(v.threshold is not None and over_allowance(v) <= BORDERLINE for v in failing) and (
+    return all(settles(v) for v in failing) and (
         bool(failing) or not out.diagnostics["curve"]["ok"]
     )

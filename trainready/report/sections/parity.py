@@ -37,8 +37,14 @@ REFERENCE_COLOR, TOLERANCE_COLOR, BASELINE_COLOR = "#24292f", "#cf222e", "#8250d
 _TINY = 1e-30  # as probes.numerics
 
 
+# The mode of a case that stands for a zoo whose library is missing (no mode or dtype ran).
+UNAVAILABLE = "zoo unavailable"
+
+
 def _combo(r: Result) -> str:
     p = r.case.params
+    if p.get("source") == "unavailable":
+        return UNAVAILABLE
     return f"{p.get('mode', '?')} {p.get('dtype', '?')}"
 
 
@@ -53,6 +59,8 @@ def _model(r: Result) -> str:
 
 
 def _mode(r: Result) -> str:
+    if r.case.params.get("source") == "unavailable":
+        return UNAVAILABLE
     return str(r.case.params.get("mode", "?"))
 
 
@@ -174,7 +182,8 @@ def _rates(results: list[Result], prefix: str) -> Stats:
     by: dict[str, list[Result]] = defaultdict(list)
     for r in results:
         by[_combo(r)].append(r)
-        by[f"{r.case.params.get('source', '?')} {_combo(r)}"].append(r)
+        if r.case.params.get("source") != "unavailable":
+            by[f"{r.case.params.get('source', '?')} {_combo(r)}"].append(r)
     stats = [Stat(f"{prefix}parity {k}", _rate(v)) for k, v in sorted(by.items())]
     return Stats([Stat(f"{prefix}parity pass", _rate(results)), *stats])
 
@@ -209,7 +218,6 @@ def _by_trait(results: list[Result], prefix: str) -> Table:
     """Pass rates per trait value. A case that recorded no traits (its model was never built:
     unsupported, or failed before) says nothing about any trait: it is left out, and counted in
     the caption, rather than shown as a row of failures under an unnamed value."""
-    combos = sorted({_combo(r) for r in results})
     groups: dict[tuple[str, str], dict[str, list[Result]]] = defaultdict(lambda: defaultdict(list))
     without = 0
     for r in results:
@@ -218,6 +226,7 @@ def _by_trait(results: list[Result], prefix: str) -> Table:
         for t in TRAITS:
             if t in traits:
                 groups[(t, str(traits[t]))][_combo(r)].append(r)
+    combos = sorted({c for per in groups.values() for c in per})
     rows = [
         [trait, value, *(_rate(per[c]) if per.get(c) else None for c in combos)]
         for (trait, value), per in sorted(groups.items())
