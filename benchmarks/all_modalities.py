@@ -10,6 +10,8 @@ one row per shard, read from its store: the commit it ran (`git_sha`), when it s
 time (less any stretch of over STOPPED_S in which no case ran: a shard stopped and resumed later
 with --resume), cases done of planned and its throughput in cases per minute; then the totals (throughput
 over the summed shard wall time, as if the shards ran one after another on one machine); then the
+model types (`type_summary`: how many of each zoo's types pass eagerly, compiled and both, and every
+type that does not pass, with its reason: issue #16's goal is counted in types); then the
 report of the merged run (`trainready merge`, `trainready report -f md`: the verdict, pass rates
 by modality and by trait, every case that does not pass with its reason). With --allow-partial, a
 shard still missing or unfinished is merged as it stands and the page says so.
@@ -105,6 +107,79 @@ def shard_table(shards: list[Shard]) -> list[str]:
     return lines
 
 
+# The zoos whose models are types of the installed transformers (causal LMs and task heads).
+TRANSFORMERS = ("hf", "hf_task")
+REASON_CHARS = 160
+
+
+@dataclass
+class ModelType:
+    zoo: str  # "transformers", or the case source (diffusers, timm, synthetic...)
+    name: str
+    modality: str
+    statuses: dict[str, str]  # mode -> status
+    reason: str  # the first failing case's error or reason ("" where every case passes)
+
+    @property
+    def passes(self) -> bool:
+        return all(s == "pass" for s in self.statuses.values())
+
+
+def model_types(results: list[dict]) -> list[ModelType]:
+    """The parity cases of a merged report (`report -f json`), one entry per model type."""
+    types: dict[tuple[str, str], ModelType] = {}
+    for r in results:
+        p = r["params"]
+        source, name = str(p.get("source", "?")), str(p.get("model") or r["name"])
+        zoo = "transformers" if source in TRANSFORMERS else source
+        if source == "unavailable":  # the one case of a zoo whose library is missing
+            zoo, name = r["name"].split("/")[0], "(library not installed)"
+        d = r["diagnostics"]
+        t = types.setdefault(
+            (zoo, name), ModelType(zoo, name, str(d.get("modality") or p.get("modality")), {}, "")
+        )
+        t.statuses[str(p.get("mode", "-"))] = r["status"]
+        if r["status"] != "pass" and not t.reason:
+            text = " ".join(str(d.get("error") or d.get("reason") or r["status"]).split())
+            t.reason = text[:REASON_CHARS] + ("…" if len(text) > REASON_CHARS else "")
+    return sorted(types.values(), key=lambda t: (t.zoo, t.name))
+
+
+def type_summary(types: list[ModelType]) -> list[str]:
+    """Per zoo: types that pass eagerly, compiled and both; then every type that does not."""
+    lines = [
+        "## Model types",
+        "",
+        "A type passes when every case of it passes (eager and compiled, fp32).",
+        "",
+        "| zoo | types | pass eager | pass compiled | pass (every case) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for zoo in sorted({t.zoo for t in types}):
+        of = [t for t in types if t.zoo == zoo]
+
+        def passing(mode: str, of: list[ModelType] = of) -> int:
+            return sum(t.statuses.get(mode) == "pass" for t in of)
+
+        both = sum(t.passes for t in of)
+        lines.append(f"| {zoo} | {len(of)} | {passing('eager')} | {passing('compile')} | {both} |")
+    failing = [t for t in types if not t.passes]
+    lines += [
+        "",
+        f"**Types that do not pass ({len(failing)})**, with the first failing case's reason:",
+        "",
+        "| zoo | type | modality | eager | compiled | reason |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for t in failing:
+        reason = t.reason.replace("|", "\\|")
+        lines.append(
+            f"| {t.zoo} | {t.name} | {t.modality} | {t.statuses.get('eager', '-')} | "
+            f"{t.statuses.get('compile', '-')} | {reason} |"
+        )
+    return lines + [""]
+
+
 def _trainready(*args: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "trainready", *args], capture_output=True, text=True, check=False
@@ -121,6 +196,8 @@ def page(dirs: list[Path], allow_partial: bool) -> str:
         merge = ["merge", *map(str, dirs), "--out", str(merged)]
         _trainready(*merge, *(["--allow-partial"] if allow_partial else []))
         report = _trainready("report", str(merged), "-f", "md")
+        results = json.loads(_trainready("report", str(merged), "-f", "json"))["runs"][0]
+    types = model_types([r for r in results["results"] if r["suite"] == "parity"])
     head = [
         "# Parity over every modality on the CPU: the standard preset, shards merged",
         "",
@@ -135,7 +212,7 @@ def page(dirs: list[Path], allow_partial: bool) -> str:
         int(s.shard.split("/")[1]) for s in shards if "/" in s.shard
     ):
         head += ["**Partial**: not every shard has finished; the report covers what ran.", ""]
-    return "\n".join(head) + "\n" + report
+    return "\n".join(head + type_summary(types)) + "\n" + report
 
 
 def main() -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -78,6 +80,31 @@ class NudgedWhenCompiled(TinyLM):
         if not torch.compiler.is_compiling():
             return self.down(hidden)
         return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias, self.factor)
+
+
+class UnderflowsInFp32(TinyLM):
+    """Correct but different: a gate exp(q - 120) * exp(80) on the first logit, 4e-18 in float64
+    and exactly 0 in every fp32 run (exp(-120) is below fp32's smallest subnormal), so q's
+    gradient is 0 in fp32 wherever it is computed: an honest range effect every fp32 run shares,
+    which the independently rounded runs' spread cannot see (HF zoedepth, jev)."""
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.q = nn.Parameter(torch.zeros(256))  # not a small tensor (SMALL_NUMEL)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(ids)
+        gate = (torch.exp(self.q - 120.0) * math.exp(80.0)).sum()
+        return torch.cat([logits[..., :1] + gate, logits[..., 1:]], dim=-1)
+
+
+class SkewedBelowFloat64(TinyLM):
+    """`down`'s weight gradient 1e-5 too large in every run below float64 (a fault in the
+    model's low-precision path, much smaller than WrongBackward's 2%)."""
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(h))
+        return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias, 1 + 1e-5)
 
 
 class ItemInForward(TinyLM):
@@ -268,3 +295,11 @@ def near_kink_wrong_backward(seed: int) -> nn.Module:
 
 def nudged_when_compiled(seed: int) -> nn.Module:
     return NudgedWhenCompiled(seed)
+
+
+def underflows_in_fp32(seed: int) -> nn.Module:
+    return UnderflowsInFp32(seed)
+
+
+def skewed_below_float64(seed: int) -> nn.Module:
+    return SkewedBelowFloat64(seed)

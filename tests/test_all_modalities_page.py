@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.all_modalities import STOPPED_S, page, read_shard, running_wall
+from benchmarks.all_modalities import (
+    STOPPED_S,
+    model_types,
+    page,
+    read_shard,
+    running_wall,
+    type_summary,
+)
 from trainready import api
 
 SUITE = "tests.faulty_suite"
@@ -58,3 +65,36 @@ def test_a_stopped_stretch_is_left_out_of_a_shards_wall_time():
     short = [(0.0, 10.0), (10.0 + STOPPED_S, 5.0)]
     assert running_wall(0.0, 15.0 + STOPPED_S, short) == 15.0 + STOPPED_S
     assert running_wall(0.0, 4.0, []) == 4.0
+
+
+def _case(source: str, model: str, mode: str, status: str, **diag) -> dict:
+    params = {"source": source, "model": model, "mode": mode, "dtype": "fp32"}
+    return {"name": f"{source}/{model}/{mode}/fp32", "params": params, "status": status,
+            "diagnostics": {"modality": "vision", **diag}}  # fmt: skip
+
+
+def test_types_count_every_case_and_name_the_first_reason():
+    results = [
+        _case("hf", "llama", "eager", "pass"),
+        _case("hf", "llama", "compile", "pass"),
+        _case("hf_task", "vit", "eager", "pass"),
+        _case("hf_task", "vit", "compile", "fail_numerics", error="x.grad rmse ratio 1.5 | y"),
+        _case("hf_task", "dinat", "eager", "unsupported", reason="needs natten"),
+        _case("diffusers", "unet2d", "eager", "pass"),
+        {
+            "name": "timm/unavailable",
+            "params": {"source": "unavailable"},
+            "status": "unsupported",
+            "diagnostics": {"reason": "the timm zoo needs timm"},
+        },  # fmt: skip
+    ]
+    types = {(t.zoo, t.name): t for t in model_types(results)}
+    assert types[("transformers", "llama")].passes and not types[("transformers", "vit")].passes
+    assert types[("transformers", "vit")].reason == "x.grad rmse ratio 1.5 | y"
+    assert types[("timm", "(library not installed)")].reason == "the timm zoo needs timm"
+    lines = type_summary(list(types.values()))
+    assert "| transformers | 3 | 2 | 1 | 1 |" in lines  # types, eager, compiled, every case
+    assert "| diffusers | 1 | 1 | 0 | 1 |" in lines
+    assert "**Types that do not pass (3)**, with the first failing case's reason:" in lines
+    # a table cell keeps the error's own '|' escaped
+    assert any(line.startswith("| transformers | vit |") and "1.5 \\| y" in line for line in lines)

@@ -476,6 +476,7 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
     if problems and base.kind == "independent" and not dev.broken_ties:
         checked = (ref, dev, base)
         base, problems = escalated(subject, data, steps, checked, out, phase, verdicts, replay)
+        out.diagnostics["same_dtype_baseline"] = base.describe()
     elif problems and not dev.broken_ties and borderline(out, verdicts, zero_allowed=True):
         more = pooled(subject, data, steps, (ref, dev, base), out, phase, verdicts, replay)
         if more is not None:

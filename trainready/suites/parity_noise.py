@@ -31,6 +31,7 @@ from trainready.probes.numerics import (
     spread_noise,
 )
 from trainready.probes.perturb import KAPPA2, IndependentRounding
+from trainready.probes.rounded import ROUNDED_TO, RoundedOutputs
 from trainready.probes.routing import Flips, Routing, flips
 from trainready.suites.parity_engine import Data, Spec, Trace, train
 from trainready.suites.parity_models import Subject
@@ -74,6 +75,9 @@ class Baseline:
     counts: dict[str, int] = field(default_factory=dict)
     # the float64 reference's own rounding noise per tensor, where measured (`reference_noise`)
     reference_noise: dict[str, float] = field(default_factory=dict)
+    # the float64 code path with every op's output rounded to the dtype (`rounded`): its distance
+    # from float64 is one more sample of the noise, with what every run at the dtype shares
+    rounded: Trace | None = None
 
     @property
     def rule(self) -> str:
@@ -103,6 +107,11 @@ class Baseline:
         text = f"two CPU runs at {self.dtype} rounding independently ({how}); noise = their spread"
         if self.routed:
             text += ", or their own distance from float64 where larger (top-k routing flips)"
+        if self.rounded is not None:
+            text += (
+                f", or where larger the distance from float64 of the float64 code path rounded to "
+                f"{self.dtype} at every op's output"
+            )
         return text
 
     def _kappa(self) -> float:
@@ -139,10 +148,21 @@ class Baseline:
             if self.routed or r.numel() < SMALL_NUMEL:
                 own = max(noise_rmse(r, t[n]) for t in named) / self._kappa()
                 out[n] = max(out[n], own)
+            out[n] = max(out[n], self._rounded_noise(n, r))
             # The device's distance from the reference holds the reference's own rounding error
             # too, independent of the device's: their variances add.
             out[n] = math.hypot(out[n], self.reference_noise.get(n, 0.0))
         return out
+
+    def _rounded_noise(self, name: str, ref: torch.Tensor) -> float:
+        """The rounded float64 run's distance from the reference on a tensor (0 where there is
+        no such run, or it went non-finite where the reference did not: a float64 constant
+        such as finfo(float64).min rounds to inf, which says nothing of the noise)."""
+        run = None if self.rounded is None else self.rounded.named(after_step=False).get(name)
+        if run is None or run.shape != ref.shape:
+            return 0.0
+        d = noise_rmse(ref, run)
+        return d if math.isfinite(d) else 0.0
 
     def curve(self, ref: list[float]) -> list[float]:
         """Per step, the relative deviation of an honest run's loss from the reference's (for
@@ -177,6 +197,9 @@ class Baseline:
             # few to bound a correct run's by. (A systematic error the runs share loosens the
             # curve then; the tensors judge that one.)
             out.append(max(spread, *(o[i] / kappa for o in own)))
+        if self.rounded is not None:  # one more sample, where finite (as `_rounded_noise`)
+            rounded = curve_noise(ref, self.rounded.curve)
+            out = [max(x, r) if math.isfinite(r) else x for x, r in zip(out, rounded, strict=True)]
         return out
 
 
@@ -294,6 +317,28 @@ def reference_noise(
         for n in failing
         if n in again and again[n].shape == first[n].shape
     }
+
+
+def rounded(
+    subject: Subject,
+    data: Data,
+    dtype: str,
+    steps: int,
+    replay: list[torch.Tensor] | None,
+) -> tuple[Trace | None, str]:
+    """The case trained in float64 with every op's output rounded to `dtype`
+    (`probes/rounded.py`), following the routing `replay` where given: (the run, "") or (None,
+    why there is none)."""
+    if dtype not in ROUNDED_TO:
+        return None, f"no rounded float64 run at {dtype} (fp32 only)"
+    mode = RoundedOutputs(dtype)
+    try:
+        with mode, replaying(replay):
+            return train(subject.model, data, Spec("cpu", "fp64", steps)), ""
+    except Exception as e:  # noqa: BLE001 - the run failed, not the device
+        if is_oom(e):
+            raise
+        return None, f"the rounded float64 run failed: {type(e).__name__}: {str(e)[:300]}"
 
 
 def pinnable(kind: str, dtype: str) -> bool:

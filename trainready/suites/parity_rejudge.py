@@ -2,7 +2,9 @@
 
 `escalated` (CPU eager cases, whose baseline is independently rounded runs): the float64
 reference's own rounding noise on the failing tensors, independent runs that round elementwise
-ops too, and more seeds where every failure is borderline. `pooled` (cases judged against the
+ops too, more seeds where every failure is borderline, and, where something still fails, the
+float64 code path rounded to the dtype at every op (`probes/rounded.py`: what every run at the
+dtype shares, which the runs' spread cannot see). `pooled` (cases judged against the
 CPU's one eager run: compiled, or on a device, where every failure is borderline): that run's
 distance from float64 pooled with independently rounded runs' distances. `kink_flips` (any case whose tensors
 fail): the reference with one near-kink ReLU decision flipped, a decision an honest run at the
@@ -20,6 +22,7 @@ import torch
 from trainready.core.case import Outcome
 from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
 from trainready.probes.numerics import Verdict
+from trainready.probes.rounded import ROUNDED_TO
 from trainready.suites.parity_engine import Data, Spec, Trace, first_step
 from trainready.suites.parity_models import Subject
 from trainready.suites.parity_noise import (
@@ -29,6 +32,7 @@ from trainready.suites.parity_noise import (
     more_runs,
     reference_noise,
     replaying,
+    rounded,
 )
 from trainready.suites.parity_verdicts import borderline, check
 
@@ -38,6 +42,11 @@ from trainready.suites.parity_verdicts import borderline, check
 # bf16/fp16 put too many elements that near to try them one by one.
 KINK_REL_TOL = {"fp32": 1e-5}
 MAX_KINKS = 8  # the nearest this many are tried, each one float64 first step; none if more
+# The rounded float64 run (`_with_rounded`): a dispatch mode over every op of a float64 run costs
+# 1.6-1.85 times the reference's own time (HF jev, wav2vec2-bert, fun_asr_nano); run only where
+# that fits the budget.
+ROUNDED_COST = 2.0
+ROUNDED_BUDGET_S = 120.0
 
 
 def escalated(
@@ -53,9 +62,10 @@ def escalated(
     """A CPU eager fp32 case that failed, judged again with what its first baseline does not
     see: the reference's own rounding noise on the failing tensors; the independent runs redone
     with elementwise ops rounded independently too (`IndependentRounding(pointwise=True)`, three
-    times the cost, so only here); and, where every failure is still borderline (`borderline`),
-    `MORE_SEEDS` more such runs. Every run follows the device's routing where the case's runs
-    were pinned to it (`replay`). (The baseline and the problems found.)"""
+    times the cost, so only here); where every failure is still borderline (`borderline`),
+    `MORE_SEEDS` more such runs; and where anything still fails, the rounded float64 run
+    (`_with_rounded`). Every run follows the device's routing where the case's runs were pinned
+    to it (`replay`). (The baseline and the problems found.)"""
     ref, dev, base = checked
     noise = reference_noise(subject, data, ref, verdicts, phase, replay)
     if noise:
@@ -76,8 +86,38 @@ def escalated(
     if problems and borderline(out, verdicts):
         base = more_runs(subject, data, steps, base, out, phase, replay)
         with phase("check"):
-            problems, _ = check(subject, ref, dev, base, base.dtype, out)
+            problems, verdicts = check(subject, ref, dev, base, base.dtype, out)
+    if problems and base.dtype in ROUNDED_TO:
+        base = _with_rounded(subject, data, steps, (ref, base), out, phase, replay)
+        if base.rounded is not None:
+            with phase("check"):
+                problems, _ = check(subject, ref, dev, base, base.dtype, out)
     return base, problems
+
+
+def _with_rounded(
+    subject: Subject,
+    data: Data,
+    steps: int,
+    judged_by: tuple[Trace, Baseline],
+    out: Outcome,
+    phase: Callable,
+    replay: list[torch.Tensor] | None,
+) -> Baseline:
+    """`base` with the float64 code path rounded to its dtype at every op (`rounded`), where
+    that run fits ROUNDED_BUDGET_S (estimated at ROUNDED_COST times the reference's own time);
+    recorded in `rounded_run`."""
+    ref, base = judged_by
+    estimate = ROUNDED_COST * (ref.first_step_s + max(0, steps - 1) * ref.step_s)
+    if estimate > ROUNDED_BUDGET_S:
+        out.diagnostics["rounded_run"] = (
+            f"not run: about {estimate:.0f} s (budget {ROUNDED_BUDGET_S:.0f} s)"
+        )
+        return base
+    with phase("rounded"):
+        run, why = rounded(subject, data, base.dtype, steps, replay)
+    out.diagnostics["rounded_run"] = "run" if run is not None else why
+    return replace(base, rounded=run) if run is not None else base
 
 
 def pooled(
