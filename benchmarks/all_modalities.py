@@ -4,6 +4,7 @@
     trainready run parity --device cpu --preset standard --shard I/8 --jobs 2 --out DIR_I
     # then
     python -m benchmarks.all_modalities DIR_0 ... DIR_7 --out PAGE.md [--allow-partial]
+        [--rerun DIR ...]   # cases run again after a judging change: they replace the shards'
 
 The page (issue #16's benchmark, `benchmarks/results/cpu-parity-all-modalities.md`) opens with
 one row per shard, read from its store: the commit it ran (`git_sha`), when it started, its wall
@@ -14,7 +15,9 @@ model types (`type_summary`: how many of each zoo's types pass eagerly, compiled
 type that does not pass, with its reason: issue #16's goal is counted in types); then the
 report of the merged run (`trainready merge`, `trainready report -f md`: the verdict, pass rates
 by modality and by trait, every case that does not pass with its reason). With --allow-partial, a
-shard still missing or unfinished is merged as it stands and the page says so.
+shard still missing or unfinished is merged as it stands and the page says so. With --rerun,
+cases run again after a judging change (a store each) replace the same cases of the merged run,
+and the page lists them with both verdicts.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainready.core.case import Result
+from trainready.core.store import Store
+from trainready.report.fmt import plural
 
 # A stretch this long with no case running is a stopped run (resumed later), not the run's time.
 STOPPED_S = 300.0
@@ -189,12 +196,64 @@ def _trainready(*args: str) -> str:
     return proc.stdout
 
 
-def page(dirs: list[Path], allow_partial: bool) -> str:
+@dataclass
+class Rejudged:
+    case_id: str
+    before: str  # the shard's verdict
+    after: str  # the re-run's
+    commit: str
+
+
+def _verdict(r: Result) -> str:
+    text = r.diagnostics.get("error") or r.diagnostics.get("reason") or ""
+    short = " ".join(str(text).split())[:REASON_CHARS]
+    return f"{r.status}: {short}" if short else r.status
+
+
+def rejudge(merged: Path, reruns: list[Path]) -> list[Rejudged]:
+    """Each re-run's results (the latest run of each store) in place of the same cases of the
+    merged run: cases of shards run before a judging change, run again after it. A re-run case
+    the merged run does not have is refused (a re-run replaces, it never adds)."""
+    store = Store(merged)  # written: the re-run results go in
+    run_id = store.latest_run().run_id
+    have = {r.case.id: r for r in store.results(run_id)}
+    out = []
+    for d in reruns:
+        other = Store(d, create=False)
+        latest = other.latest_run()
+        commit = str(latest.env.get("git_sha") or "unknown")[:7]
+        for r in other.results(latest.run_id):
+            if r.case.id not in have:
+                sys.exit(f"re-run {d}: {r.case.id} is not a case of the merged shards")
+            out.append(Rejudged(r.case.id, _verdict(have[r.case.id]), _verdict(r), commit))
+            store.add_result(run_id, r)
+    return sorted(out, key=lambda x: x.case_id)
+
+
+def rejudged_table(rows: list[Rejudged]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        f"**Re-run ({plural(len(rows), 'case')})**: cases whose shard ran before a judging change that can "
+        "alter their verdict, run again after it; the re-run's verdict replaces the shard's in "
+        "everything below.",
+        "",
+        "| case | commit | shard's verdict | re-run's verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    for x in rows:
+        before, after = (v.replace("|", "\\|") for v in (x.before, x.after))
+        lines.append(f"| {x.case_id} | {x.commit} | {before} | {after} |")
+    return lines + [""]
+
+
+def page(dirs: list[Path], allow_partial: bool, reruns: list[Path] | None = None) -> str:
     shards = [read_shard(d) for d in dirs]
     with tempfile.TemporaryDirectory(prefix="all-modalities-") as tmp:
         merged = Path(tmp) / "merged"
         merge = ["merge", *map(str, dirs), "--out", str(merged)]
         _trainready(*merge, *(["--allow-partial"] if allow_partial else []))
+        rejudged = rejudge(merged, reruns or [])
         report = _trainready("report", str(merged), "-f", "md")
         results = json.loads(_trainready("report", str(merged), "-f", "json"))["runs"][0]
     types = model_types([r for r in results["results"] if r["suite"] == "parity"])
@@ -212,6 +271,7 @@ def page(dirs: list[Path], allow_partial: bool) -> str:
         int(s.shard.split("/")[1]) for s in shards if "/" in s.shard
     ):
         head += ["**Partial**: not every shard has finished; the report covers what ran.", ""]
+    head += rejudged_table(rejudged)
     return "\n".join(head + type_summary(types)) + "\n" + report
 
 
@@ -220,8 +280,16 @@ def main() -> None:
     ap.add_argument("shards", nargs="+", type=Path, help="the shards' --out directories")
     ap.add_argument("--out", type=Path, required=True, help="the markdown page to write")
     ap.add_argument("--allow-partial", action="store_true", help="merge unfinished shards too")
+    ap.add_argument(
+        "--rerun",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="stores of cases run again after a judging change: their results replace the "
+        "shards' (listed on the page, both verdicts)",
+    )
     args = ap.parse_args()
-    args.out.write_text(page(args.shards, args.allow_partial))
+    args.out.write_text(page(args.shards, args.allow_partial, args.rerun))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

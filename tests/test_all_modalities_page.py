@@ -15,6 +15,8 @@ from benchmarks.all_modalities import (
     type_summary,
 )
 from trainready import api
+from trainready.core.case import Case, Result
+from trainready.core.store import RunRecord, Store
 
 SUITE = "tests.faulty_suite"
 OPTIONS = {"kinds": ["ok"] * 6}
@@ -98,3 +100,24 @@ def test_types_count_every_case_and_name_the_first_reason():
     assert "**Types that do not pass (3)**, with the first failing case's reason:" in lines
     # a table cell keeps the error's own '|' escaped
     assert any(line.startswith("| transformers | vit |") and "1.5 \\| y" in line for line in lines)
+
+
+def _rerun(path, case_id: str) -> None:
+    store = Store(path)
+    store.add_run(RunRecord("rerun-1", 1.0, ["faulty"], "cpu", "quick", env={"git_sha": "abc1234"}))
+    case = Case("faulty", case_id.split("/", 1)[1], {"kind": "ok"})
+    store.add_result("rerun-1", Result(case, "fail_numerics", diagnostics={"error": "x | y"}))
+
+
+def test_a_rerun_replaces_its_cases_and_is_listed_with_both_verdicts(shard_dirs, tmp_path):
+    _rerun(tmp_path / "rerun", "faulty/00-ok")
+    text = page(shard_dirs, allow_partial=False, reruns=[tmp_path / "rerun"])
+    assert "**Re-run (1 case)**" in text
+    assert "| faulty/00-ok | abc1234 | pass | fail_numerics: x \\| y |" in text
+    assert "| faulty | 5 | 1 | 0 | 6 | 83.3% |" in text  # pass, fail_numerics, ..., total
+
+
+def test_a_rerun_of_a_case_the_shards_lack_is_refused(shard_dirs, tmp_path):
+    _rerun(tmp_path / "other", "faulty/99-ok")
+    with pytest.raises(SystemExit, match="not a case of the merged shards"):
+        page(shard_dirs, allow_partial=False, reruns=[tmp_path / "other"])
