@@ -5,6 +5,7 @@
     # then
     python -m benchmarks.all_modalities DIR_0 ... DIR_7 --out PAGE.md [--allow-partial]
         [--rerun DIR ...]   # cases run again after a judging change: they replace the shards'
+        [--extra DIR ...]   # a zoo run apart (its library installed): counted in the types
 
 The page (issue #16's benchmark, `benchmarks/results/cpu-parity-all-modalities.md`) opens with
 one row per shard, read from its store: the commit it ran (`git_sha`), when it started, its wall
@@ -247,7 +248,38 @@ def rejudged_table(rows: list[Rejudged]) -> list[str]:
     return lines + [""]
 
 
-def page(dirs: list[Path], allow_partial: bool, reruns: list[Path] | None = None) -> str:
+def _as_json(r: Result) -> dict:
+    """A stored result in the shape `report -f json` gives it (what `model_types` reads)."""
+    return {"name": r.case.name, "suite": r.case.suite, "params": r.case.params,
+            "status": r.status, "diagnostics": r.diagnostics}  # fmt: skip
+
+
+def extra_runs(dirs: list[Path]) -> tuple[list[dict], list[str]]:
+    """The parity results of zoos run apart from the shards (a library the shards' environment
+    lacks, installed elsewhere), and a line on each run: its zoos, commit, cases and wall."""
+    results, lines = [], []
+    for d in dirs:
+        store = Store(d, create=False)
+        run = store.latest_run()
+        got = [_as_json(r) for r in store.results(run.run_id) if r.case.suite == "parity"]
+        zoos = sorted({str(r["params"].get("source")) for r in got})
+        end = run.finished_at or max((x.started_at or 0) + (x.duration_s or 0)
+                                     for x in store.results(run.run_id))  # fmt: skip
+        lines.append(
+            f"- {', '.join(zoos)} zoo, run apart from the shards (its library installed): "
+            f"commit {str(run.env.get('git_sha') or 'unknown')[:7]}, {len(got)} cases, "
+            f"{(end - run.created_at) / 60:.1f} min, `{run.command or ''}`"
+        )
+        results += got
+    return results, lines
+
+
+def page(
+    dirs: list[Path],
+    allow_partial: bool,
+    reruns: list[Path] | None = None,
+    extras: list[Path] | None = None,
+) -> str:
     shards = [read_shard(d) for d in dirs]
     with tempfile.TemporaryDirectory(prefix="all-modalities-") as tmp:
         merged = Path(tmp) / "merged"
@@ -256,7 +288,14 @@ def page(dirs: list[Path], allow_partial: bool, reruns: list[Path] | None = None
         rejudged = rejudge(merged, reruns or [])
         report = _trainready("report", str(merged), "-f", "md")
         results = json.loads(_trainready("report", str(merged), "-f", "json"))["runs"][0]
-    types = model_types([r for r in results["results"] if r["suite"] == "parity"])
+    extra, extra_lines = extra_runs(extras or [])
+    apart = {str(r["params"].get("source")) for r in extra}
+    shard_results = [
+        r
+        for r in results["results"]
+        if r["suite"] == "parity" and r["name"].split("/")[0] not in apart
+    ]  # (a zoo run apart replaces the shards' one case saying its library is missing)
+    types = model_types(shard_results + extra)
     head = [
         "# Parity over every modality on the CPU: the standard preset, shards merged",
         "",
@@ -272,6 +311,9 @@ def page(dirs: list[Path], allow_partial: bool, reruns: list[Path] | None = None
     ):
         head += ["**Partial**: not every shard has finished; the report covers what ran.", ""]
     head += rejudged_table(rejudged)
+    if extra_lines:
+        head += ["**Run apart** (counted in Model types; the merged report below is the shards'):"]
+        head += [*extra_lines, ""]
     return "\n".join(head + type_summary(types)) + "\n" + report
 
 
@@ -288,8 +330,16 @@ def main() -> None:
         help="stores of cases run again after a judging change: their results replace the "
         "shards' (listed on the page, both verdicts)",
     )
+    ap.add_argument(
+        "--extra",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="stores of zoos run apart from the shards (a library their environment lacks): "
+        "counted in the model types",
+    )
     args = ap.parse_args()
-    args.out.write_text(page(args.shards, args.allow_partial, args.rerun))
+    args.out.write_text(page(args.shards, args.allow_partial, args.rerun, args.extra))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

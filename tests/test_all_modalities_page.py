@@ -121,3 +121,17 @@ def test_a_rerun_of_a_case_the_shards_lack_is_refused(shard_dirs, tmp_path):
     _rerun(tmp_path / "other", "faulty/99-ok")
     with pytest.raises(SystemExit, match="not a case of the merged shards"):
         page(shard_dirs, allow_partial=False, reruns=[tmp_path / "other"])
+
+
+def test_a_zoo_run_apart_is_counted_in_the_types_and_said(shard_dirs, tmp_path):
+    store = Store(tmp_path / "timm")
+    run = RunRecord("timm-1", 1.0, ["parity"], "cpu", "standard", env={"git_sha": "def5678"})
+    store.add_run(run)
+    for mode, status in (("eager", "pass"), ("compile", "fail_numerics")):
+        params = {"source": "timm", "model": "test_vit", "mode": mode, "dtype": "fp32"}
+        case = Case("parity", f"timm/test_vit/{mode}/fp32", params)
+        store.add_result("timm-1", Result(case, status, started_at=2.0, duration_s=60.0))
+    text = page(shard_dirs, allow_partial=False, extras=[tmp_path / "timm"])
+    assert "| timm | 1 | 1 | 0 | 0 |" in text  # types, eager, compiled, every case
+    assert "| timm | test_vit |" in text  # among the types that do not pass
+    assert "- timm zoo, run apart from the shards (its library installed): commit def5678, " in text
