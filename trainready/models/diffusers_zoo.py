@@ -34,6 +34,7 @@ from torch import nn
 
 from trainready.models.determinism import zero_dropout
 from trainready.models.float64 import float32_as_float64, is_float64
+from trainready.models.optional import the_library
 from trainready.models.task import TaskModel, TaskOutput
 
 BATCH = 2
@@ -421,9 +422,10 @@ def import_diffusers() -> Any:
     """diffusers, imported; ImportError with the reason when it cannot be."""
     try:
         import diffusers
+
+        return the_library(diffusers)
     except Exception as e:  # noqa: BLE001 - any failure is the reason diffusers is unavailable
         raise ImportError(f"diffusers does not import: {type(e).__name__}: {e}") from e
-    return diffusers
 
 
 def model_names() -> list[str]:

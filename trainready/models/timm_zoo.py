@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from trainready.models.determinism import zero_dropout
 from trainready.models.float64 import float32_as_float64, is_float64
+from trainready.models.optional import the_library
 from trainready.models.task import TaskModel, TaskOutput
 
 BATCH = 2
@@ -64,7 +65,7 @@ def import_timm() -> Any:
     try:
         import timm
 
-        return timm
+        return the_library(timm)
     except ImportError as e:
         raise ImportError(f"timm does not import: {e} (pip install -e '.[timm]')") from e
     except RuntimeError as e:
@@ -79,7 +80,7 @@ def import_timm() -> Any:
         import timm
     except Exception as e:  # noqa: BLE001 - any failure is the reason timm is unavailable
         raise ImportError(f"timm does not import: {type(e).__name__}: {e}") from e
-    return timm
+    return the_library(timm)
 
 
 def model_names() -> list[str]:
