@@ -79,3 +79,15 @@ def test_without_torchvision_the_reason_is_one_line():
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("unavailable: timm does not import"), out
     assert "torchvision" in lines[0]
+
+
+@needs_timm
+def test_transformers_timm_backed_types_build_beside_a_mended_torchvision():
+    """transformers imports torchvision whenever it is installed: with PyPI's CUDA torchvision
+    beside a CPU torch its vision classes failed to import ("TimmWrapperForImageClassification
+    does not import"); `optional.mend_torchvision` runs before any transformers class import."""
+    from trainready.suites.parity_models import load
+
+    for model_type in ("timm_wrapper", "fast_vlm"):
+        subject = load({"source": "hf_task", "model": model_type}, 0)
+        assert sum(p.numel() for p in subject.model.parameters()) > 0

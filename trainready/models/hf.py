@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from trainready.models.float64 import float32_as_float64, is_float64
+from trainready.models.optional import mend_torchvision
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -541,7 +542,10 @@ def one_line(e: BaseException) -> str:
 
 
 def import_class(name: str) -> Any:
-    """The transformers class of that name (BuildError when it does not import)."""
+    """The transformers class of that name (BuildError when it does not import). A vision class
+    imports torchvision where it is installed: mended first where its extension does not load
+    (`optional.mend_torchvision`)."""
+    mend_torchvision()
     import transformers
 
     try:

@@ -22,7 +22,6 @@ schemas -- no kernel: calling them still fails -- and imports again. torchvision
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import torch
@@ -30,57 +29,31 @@ import torch.nn.functional as F
 
 from trainready.models.determinism import zero_dropout
 from trainready.models.float64 import float32_as_float64, is_float64
-from trainready.models.optional import the_library
+from trainready.models.optional import mend_torchvision, the_library
 from trainready.models.task import TaskModel, TaskOutput
 
 BATCH = 2
 NUM_CLASSES = 4
 
-# The unguarded fake registrations of torchvision's _meta_registrations.py, by op schema.
-_TORCHVISION_SCHEMAS = (
-    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-)
 # Normalisation layer classes (BatchNormAct2d, LayerNorm2d, EvoNorm2dS0, RmsNorm...), lower case;
 # not the conv-norm-act blocks that hold one.
 _NORM_CLASS = re.compile(r"^(?!conv)[a-z]*norm(act)?([123]d)?(s\d)?$")
-_schema_lib: Any = None  # kept alive: dropping the Library would undefine the schemas
-
-
-def _declare_torchvision_schemas() -> None:
-    global _schema_lib
-    _schema_lib = torch.library.Library("torchvision", "DEF")
-    for schema in _TORCHVISION_SCHEMAS:
-        _schema_lib.define(schema)
-
-
-def _forget(*packages: str) -> None:
-    """Drop a failed import's modules, so the next import runs them again."""
-    for name in [m for m in sys.modules if m.split(".")[0] in packages]:
-        del sys.modules[name]
 
 
 def import_timm() -> Any:
-    """timm, imported; ImportError with the reason when it (or a torchvision) cannot be."""
+    """timm, imported (its torchvision mended where the extension does not load:
+    `optional.mend_torchvision`); ImportError with the reason when it cannot be."""
+    mend_torchvision()
     try:
         import timm
-
-        return the_library(timm)
     except ImportError as e:
         raise ImportError(f"timm does not import: {e} (pip install -e '.[timm]')") from e
-    except RuntimeError as e:
-        extension = sys.modules.get("torchvision.extension")
-        if "torchvision::nms does not exist" not in str(e) or extension is None:
-            raise ImportError(f"timm does not import: {type(e).__name__}: {e}") from e
-        if extension._has_ops():  # the extension loaded: a different failure, not ours to mend
-            raise ImportError(f"torchvision does not import: {e}") from e
-    _forget("timm", "torchvision")
-    _declare_torchvision_schemas()
-    try:
-        import timm
     except Exception as e:  # noqa: BLE001 - any failure is the reason timm is unavailable
         raise ImportError(f"timm does not import: {type(e).__name__}: {e}") from e
-    return the_library(timm)
+    try:
+        return the_library(timm)
+    except ImportError as e:
+        raise ImportError(f"timm does not import: {e}") from e
 
 
 def model_names() -> list[str]:

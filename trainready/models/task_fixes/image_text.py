@@ -5,6 +5,7 @@ See `task_fixes/__init__.py` for the tables' contract; each entry says why it is
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -377,12 +378,18 @@ UNSUPPORTED: dict[str, str] = {
         " (thinker, talker, code2wav) with no forward to train; its trainable part is the"
         " thinker, judged as qwen3_omni_moe_thinker"
     ),
-    "fast_vlm": (
-        "FastVLM's vision tower is timm's FastViT (TimmWrapperModel); timm is not installed"
-        " and transformers has no native FastViT to build instead"
-    ),
-    "perception_lm": (
-        "PerceptionLM's vision tower is timm's PE (TimmWrapperModel); timm is not installed"
-        " and transformers has no native Perception Encoder to build instead"
+    **(
+        {
+            "fast_vlm": (
+                "FastVLM's vision tower is timm's FastViT (TimmWrapperModel); timm is not"
+                " installed and transformers has no native FastViT to build instead"
+            ),
+            "perception_lm": (
+                "PerceptionLM's vision tower is timm's PE (TimmWrapperModel); timm is not"
+                " installed and transformers has no native Perception Encoder to build instead"
+            ),
+        }
+        if importlib.util.find_spec("timm") is None
+        else {}
     ),
 }
