@@ -235,9 +235,9 @@ def rejudged_table(rows: list[Rejudged]) -> list[str]:
     if not rows:
         return []
     lines = [
-        f"**Re-run ({plural(len(rows), 'case')})**: cases whose shard ran before a judging change that can "
-        "alter their verdict, run again after it; the re-run's verdict replaces the shard's in "
-        "everything below.",
+        f"**Re-run ({plural(len(rows), 'case')})**: cases whose shard ran before a change that can "
+        "alter their verdict (a judging change, or a library the shards' environment lacked), run "
+        "again after it; the re-run's verdict replaces the shard's in everything below.",
         "",
         "| case | commit | shard's verdict | re-run's verdict |",
         "| --- | --- | --- | --- |",

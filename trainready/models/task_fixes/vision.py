@@ -665,6 +665,9 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "lightglue": _lightglue,
     "superglue": _superglue,
     "efficientloftr": _efficientloftr,
+    # TimmBackbone builds the timm model its config names (no default): timm's own tiny CI
+    # ResNet, random weights (where timm is installed; without it the type is unsupported).
+    "timm_backbone": hf._set(backbone="test_resnet", use_pretrained_backbone=False),
 }
 INPUTS: dict[str, Callable[..., dict[str, Any]]] = {
     "hgnet_v2": _hgnet_pixels,
