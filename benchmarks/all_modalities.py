@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainready.core.case import Result
+from trainready.core.case import Case, Result
 from trainready.core.store import Store
 from trainready.report.fmt import plural
 
@@ -213,22 +213,38 @@ def _verdict(r: Result) -> str:
 
 def rejudge(merged: Path, reruns: list[Path]) -> list[Rejudged]:
     """Each re-run's results (the latest run of each store) in place of the same cases of the
-    merged run: cases of shards run before a judging change, run again after it. A re-run case
-    the merged run does not have is refused (a re-run replaces, it never adds)."""
+    merged run: cases of shards run before a change that can alter their verdict, run again
+    after it. A re-run case the merged run does not have joins its plan only where the merged
+    run has its model type (a type planned eager only where its library was missing, say);
+    any other is refused (a re-run never adds a model)."""
     store = Store(merged)  # written: the re-run results go in
-    run_id = store.latest_run().run_id
-    have = {r.case.id: r for r in store.results(run_id)}
-    out = []
+    run = store.latest_run()
+    have = {r.case.id: r for r in store.results(run.run_id)}
+    types = {_type(r.case) for r in have.values()} - {None}
+    out, added = [], 0
     for d in reruns:
         other = Store(d, create=False)
         latest = other.latest_run()
         commit = str(latest.env.get("git_sha") or "unknown")[:7]
         for r in other.results(latest.run_id):
-            if r.case.id not in have:
+            before = have.get(r.case.id)
+            if before is None and _type(r.case) not in types:
                 sys.exit(f"re-run {d}: {r.case.id} is not a case of the merged shards")
-            out.append(Rejudged(r.case.id, _verdict(have[r.case.id]), _verdict(r), commit))
-            store.add_result(run_id, r)
+            if before is None:
+                store.add_planned(run.run_id, [r.case])
+                added += 1
+            shard = _verdict(before) if before else "not planned"
+            out.append(Rejudged(r.case.id, shard, _verdict(r), commit))
+            store.add_result(run.run_id, r)
+    if added:
+        store.set_planned(run.run_id, (run.planned or len(have)) + added)
     return sorted(out, key=lambda x: x.case_id)
+
+
+def _type(case: Case) -> tuple[str, str] | None:
+    """A parity case's model type (None for a case that names none)."""
+    source, model = case.params.get("source"), case.params.get("model")
+    return (str(source), str(model)) if source and model else None
 
 
 def rejudged_table(rows: list[Rejudged]) -> list[str]:

@@ -11,6 +11,7 @@ from benchmarks.all_modalities import (
     model_types,
     page,
     read_shard,
+    rejudge,
     running_wall,
     type_summary,
 )
@@ -135,3 +136,40 @@ def test_a_zoo_run_apart_is_counted_in_the_types_and_said(shard_dirs, tmp_path):
     assert "| timm | 1 | 1 | 0 | 0 |" in text  # types, eager, compiled, every case
     assert "| timm | test_vit |" in text  # among the types that do not pass
     assert "- timm zoo, run apart from the shards (its library installed): commit def5678, " in text
+
+
+def test_a_rerun_may_add_a_mode_of_a_type_the_shards_planned(shard_dirs, tmp_path):
+    """A type planned eager only where its library was missing gets its compiled case from a
+    re-run in an environment that has it; a type the shards never planned is refused."""
+    store = Store(tmp_path / "env")
+    store.add_run(RunRecord("env-1", 1.0, ["faulty"], "cpu", "quick", env={"git_sha": "abc1234"}))
+    for mode in ("eager", "compile"):
+        params = {"kind": "ok", "source": "faulty", "model": "m", "mode": mode}
+        store.add_result("env-1", Result(Case("faulty", f"00-ok/{mode}", params), "pass"))
+    with pytest.raises(SystemExit, match="not a case of the merged shards"):
+        page(shard_dirs, allow_partial=False, reruns=[tmp_path / "env"])
+
+
+def _parity(mode: str, status: str) -> Result:
+    params = {"source": "hf_task", "model": "timm_wrapper", "mode": mode, "dtype": "fp32"}
+    return Result(Case("parity", f"hf/timm_wrapper/{mode}/fp32", params), status)
+
+
+def test_a_rerun_adds_the_missing_mode_of_a_planned_type_to_the_plan(tmp_path):
+    merged = Store(tmp_path / "merged")
+    merged.add_run(RunRecord("m", 0.0, ["parity"], "cpu", "standard", env={}, planned=1))
+    eager = _parity("eager", "unsupported")
+    merged.add_planned("m", [eager.case])
+    merged.add_result("m", eager)
+    rerun = Store(tmp_path / "rerun")
+    rerun.add_run(RunRecord("r", 1.0, ["parity"], "cpu", "standard", env={"git_sha": "f00ba12"}))
+    for mode in ("eager", "compile"):
+        rerun.add_result("r", _parity(mode, "pass"))
+    rows = rejudge(tmp_path / "merged", [tmp_path / "rerun"])
+    assert [(x.case_id, x.before, x.after) for x in rows] == [
+        ("parity/hf/timm_wrapper/compile/fp32", "not planned", "pass"),
+        ("parity/hf/timm_wrapper/eager/fp32", "unsupported", "pass"),
+    ]
+    again = Store(tmp_path / "merged", create=False)
+    assert again.latest_run().planned == 2 and len(again.planned("m")) == 2
+    assert {r.status for r in again.results("m")} == {"pass"}
