@@ -88,6 +88,6 @@ def test_transformers_timm_backed_types_build_beside_a_mended_torchvision():
     does not import"); `optional.mend_torchvision` runs before any transformers class import."""
     from trainready.suites.parity_models import load
 
-    for model_type in ("timm_wrapper", "fast_vlm", "timm_backbone"):
+    for model_type in ("timm_wrapper", "fast_vlm", "timm_backbone", "edgetam"):
         subject = load({"source": "hf_task", "model": model_type}, 0)
         assert sum(p.numel() for p in subject.model.parameters()) > 0

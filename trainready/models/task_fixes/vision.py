@@ -628,6 +628,22 @@ _LOFTR_DERIVED = (
 )
 
 
+def _edgetam(d: dict[str, Any]) -> None:
+    """transformers 5.24's default EdgeTAM vision config misspells its backbone's key
+    (`"archirecture": "repvit_m1"`), so TimmWrapper builds timm's default resnet50, whose stage
+    widths (256-2048) are not the neck's (`backbone_channel_list` 384-48): the intended
+    RepViT-M1 (48-384), random weights. Its FPN and mask decoder as SAM 2's (`_sam2`): the
+    decoder's width and the three finest grids (stride 4, 8, 16 of the image)."""
+    v = d["vision_config"]
+    v["backbone_config"]["architecture"] = "repvit_m1"
+    grid = IMAGE_SIZE // 4
+    v |= {
+        "backbone_feature_sizes": [[grid >> i] * 2 for i in range(3)],
+        "fpn_hidden_size": _SAM_WIDTH,
+    }
+    _sam_decoder(d)
+
+
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # BiT's group norms have 32 groups, more than a tiny bottleneck's 8 channels (32 / 4): 4
     # groups divide every width of the shrunk net (8..256).
@@ -668,6 +684,7 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # TimmBackbone builds the timm model its config names (no default): timm's own tiny CI
     # ResNet, random weights (where timm is installed; without it the type is unsupported).
     "timm_backbone": hf._set(backbone="test_resnet", use_pretrained_backbone=False),
+    **dict.fromkeys(("edgetam", "edgetam_video"), _edgetam),
 }
 INPUTS: dict[str, Callable[..., dict[str, Any]]] = {
     "hgnet_v2": _hgnet_pixels,
