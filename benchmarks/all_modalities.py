@@ -214,14 +214,16 @@ def _verdict(r: Result) -> str:
 def rejudge(merged: Path, reruns: list[Path]) -> list[Rejudged]:
     """Each re-run's results (the latest run of each store) in place of the same cases of the
     merged run: cases of shards run before a change that can alter their verdict, run again
-    after it. A re-run case the merged run does not have joins its plan only where the merged
-    run has its model type (a type planned eager only where its library was missing, say);
-    any other is refused (a re-run never adds a model)."""
+    after it; of re-runs of one case, the last given counts. A re-run case the merged run does
+    not have joins its plan only where the merged run has its model type (a type planned eager
+    only where its library was missing, say); any other is refused (a re-run never adds a
+    model)."""
     store = Store(merged)  # written: the re-run results go in
     run = store.latest_run()
     have = {r.case.id: r for r in store.results(run.run_id)}
     types = {_type(r.case) for r in have.values()} - {None}
-    out, added = [], 0
+    out: dict[str, Rejudged] = {}  # by case: a later re-run of a case replaces an earlier one
+    added = 0
     for d in reruns:
         other = Store(d, create=False)
         latest = other.latest_run()
@@ -230,15 +232,15 @@ def rejudge(merged: Path, reruns: list[Path]) -> list[Rejudged]:
             before = have.get(r.case.id)
             if before is None and _type(r.case) not in types:
                 sys.exit(f"re-run {d}: {r.case.id} is not a case of the merged shards")
-            if before is None:
+            if before is None and r.case.id not in out:
                 store.add_planned(run.run_id, [r.case])
                 added += 1
             shard = _verdict(before) if before else "not planned"
-            out.append(Rejudged(r.case.id, shard, _verdict(r), commit))
+            out[r.case.id] = Rejudged(r.case.id, shard, _verdict(r), commit)
             store.add_result(run.run_id, r)
     if added:
         store.set_planned(run.run_id, (run.planned or len(have)) + added)
-    return sorted(out, key=lambda x: x.case_id)
+    return sorted(out.values(), key=lambda x: x.case_id)
 
 
 def _type(case: Case) -> tuple[str, str] | None:

@@ -173,3 +173,18 @@ def test_a_rerun_adds_the_missing_mode_of_a_planned_type_to_the_plan(tmp_path):
     again = Store(tmp_path / "merged", create=False)
     assert again.latest_run().planned == 2 and len(again.planned("m")) == 2
     assert {r.status for r in again.results("m")} == {"pass"}
+
+
+def test_of_two_reruns_of_a_case_the_last_counts_and_is_listed_once(tmp_path):
+    merged = Store(tmp_path / "merged")
+    merged.add_run(RunRecord("m", 0.0, ["parity"], "cpu", "standard", env={}, planned=1))
+    eager = _parity("eager", "unsupported")
+    merged.add_planned("m", [eager.case])
+    merged.add_result("m", eager)
+    for i, status in enumerate(("fail_numerics", "pass")):
+        rerun = Store(tmp_path / f"rerun{i}")
+        rerun.add_run(RunRecord("r", 1.0, ["parity"], "cpu", "standard", env={"git_sha": "0" * 7}))
+        rerun.add_result("r", _parity("eager", status))
+    rows = rejudge(tmp_path / "merged", [tmp_path / "rerun0", tmp_path / "rerun1"])
+    assert [(x.before, x.after) for x in rows] == [("unsupported", "pass")]
+    assert [r.status for r in Store(tmp_path / "merged", create=False).results("m")] == ["pass"]
