@@ -148,8 +148,7 @@ def model_types(results: list[dict]) -> list[ModelType]:
         )
         t.statuses[str(p.get("mode", "-"))] = r["status"]
         if r["status"] != "pass" and not t.reason:
-            text = " ".join(str(d.get("error") or d.get("reason") or r["status"]).split())
-            t.reason = text[:REASON_CHARS] + ("…" if len(text) > REASON_CHARS else "")
+            t.reason = _short(d.get("error") or d.get("reason") or r["status"])
     return sorted(types.values(), key=lambda t: (t.zoo, t.name))
 
 
@@ -205,10 +204,15 @@ class Rejudged:
     commit: str
 
 
+def _short(text: object) -> str:
+    """A case's reason on one line, at most REASON_CHARS (an ellipsis where cut)."""
+    line = " ".join(str(text).split())
+    return line[:REASON_CHARS] + ("…" if len(line) > REASON_CHARS else "")
+
+
 def _verdict(r: Result) -> str:
-    text = r.diagnostics.get("error") or r.diagnostics.get("reason") or ""
-    short = " ".join(str(text).split())[:REASON_CHARS]
-    return f"{r.status}: {short}" if short else r.status
+    text = r.diagnostics.get("error") or r.diagnostics.get("reason")
+    return f"{r.status}: {_short(text)}" if text else r.status
 
 
 def rejudge(merged: Path, reruns: list[Path]) -> list[Rejudged]:

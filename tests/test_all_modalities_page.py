@@ -155,16 +155,25 @@ def _parity(mode: str, status: str) -> Result:
     return Result(Case("parity", f"hf/timm_wrapper/{mode}/fp32", params), status)
 
 
-def test_a_rerun_adds_the_missing_mode_of_a_planned_type_to_the_plan(tmp_path):
-    merged = Store(tmp_path / "merged")
+def _merged_eager_unsupported(path) -> None:
+    """A merged run whose one case, timm_wrapper eager, was unsupported."""
+    merged = Store(path)
     merged.add_run(RunRecord("m", 0.0, ["parity"], "cpu", "standard", env={}, planned=1))
     eager = _parity("eager", "unsupported")
     merged.add_planned("m", [eager.case])
     merged.add_result("m", eager)
-    rerun = Store(tmp_path / "rerun")
+
+
+def _rerun_of(path, *results: Result) -> None:
+    rerun = Store(path)
     rerun.add_run(RunRecord("r", 1.0, ["parity"], "cpu", "standard", env={"git_sha": "f00ba12"}))
-    for mode in ("eager", "compile"):
-        rerun.add_result("r", _parity(mode, "pass"))
+    for r in results:
+        rerun.add_result("r", r)
+
+
+def test_a_rerun_adds_the_missing_mode_of_a_planned_type_to_the_plan(tmp_path):
+    _merged_eager_unsupported(tmp_path / "merged")
+    _rerun_of(tmp_path / "rerun", _parity("eager", "pass"), _parity("compile", "pass"))
     rows = rejudge(tmp_path / "merged", [tmp_path / "rerun"])
     assert [(x.case_id, x.before, x.after) for x in rows] == [
         ("parity/hf/timm_wrapper/compile/fp32", "not planned", "pass"),
@@ -176,15 +185,9 @@ def test_a_rerun_adds_the_missing_mode_of_a_planned_type_to_the_plan(tmp_path):
 
 
 def test_of_two_reruns_of_a_case_the_last_counts_and_is_listed_once(tmp_path):
-    merged = Store(tmp_path / "merged")
-    merged.add_run(RunRecord("m", 0.0, ["parity"], "cpu", "standard", env={}, planned=1))
-    eager = _parity("eager", "unsupported")
-    merged.add_planned("m", [eager.case])
-    merged.add_result("m", eager)
+    _merged_eager_unsupported(tmp_path / "merged")
     for i, status in enumerate(("fail_numerics", "pass")):
-        rerun = Store(tmp_path / f"rerun{i}")
-        rerun.add_run(RunRecord("r", 1.0, ["parity"], "cpu", "standard", env={"git_sha": "0" * 7}))
-        rerun.add_result("r", _parity("eager", status))
+        _rerun_of(tmp_path / f"rerun{i}", _parity("eager", status))
     rows = rejudge(tmp_path / "merged", [tmp_path / "rerun0", tmp_path / "rerun1"])
     assert [(x.before, x.after) for x in rows] == [("unsupported", "pass")]
     assert [r.status for r in Store(tmp_path / "merged", create=False).results("m")] == ["pass"]
