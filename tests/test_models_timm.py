@@ -91,3 +91,35 @@ def test_transformers_timm_backed_types_build_beside_a_mended_torchvision():
     for model_type in ("timm_wrapper", "fast_vlm", "timm_backbone", "edgetam"):
         subject = load({"source": "hf_task", "model": model_type}, 0)
         assert sum(p.numel() for p in subject.model.parameters()) > 0
+
+
+@needs_timm
+def test_perception_lm_trains_its_pe_tower_on_image_tiles():
+    """PerceptionLM reads pixel values as [batch, tiles, C, H, W], and only its base model has
+    get_image_features: the tiny PE-Lang tower is fed one tile per sample, its features fill
+    the image placeholders (a 4 x 4 grid after the class token), and it is not text-only."""
+    from trainready.models import hf_tasks
+
+    model = hf_tasks.build("perception_lm")
+    batch = model.make_batch(0)
+    assert model.text_only_reason is None
+    assert batch["pixel_values"].shape == (2, 1, 3, 64, 64)
+    placeholders = batch["input_ids"] == model.model.config.image_token_id
+    assert placeholders.sum(dim=1).tolist() == [16, 16]
+
+
+@needs_timm
+def test_gemma3n_builds_tiny_towers():
+    """Gemma 3n's default towers are full size (295M parameters); shrunk, the whole model is
+    about 1.3M, its vision tower a MobileNetV5 of the checkpoint's block types."""
+    from trainready.models import hf
+
+    model = hf.build("gemma3n")
+    sizes = {
+        tower: sum(p.numel() for n, p in model.named_parameters() if f".{tower}." in n)
+        for tower in ("vision_tower", "audio_tower", "language_model")
+    }
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+    assert all(n > 0 for n in sizes.values()), sizes
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert {"UniversalInvertedResidual", "MobileAttention", "EdgeResidual"} <= kinds

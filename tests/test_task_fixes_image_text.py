@@ -5,7 +5,7 @@ images (not their text alone), and pass parity."""
 import pytest
 
 from tests.zoo_checks import run_task_type
-from trainready.models import hf_tasks
+from trainready.models import hf, hf_tasks
 from trainready.models.hf_inputs import PLACEHOLDER_BASE
 
 
@@ -110,3 +110,37 @@ def test_towers_fed_as_trained_pass_parity(model_type):
     out = run_task_type(model_type)
     assert out.status == "pass", out.diagnostics.get("error") or out.diagnostics.get("reason")
     assert not out.diagnostics.get("text_only")
+
+
+def test_image_features_are_found_on_the_base_model_where_the_head_has_none():
+    """PerceptionLM's head class has no get_image_features, its base model does: the inputs
+    then get image placeholders for the base model's features (before, the model ran on its
+    text alone, said so)."""
+    from torch import nn
+
+    from trainready.models.hf_inputs import _encoder
+
+    class Base(nn.Module):
+        def get_image_features(self, pixel_values):
+            return pixel_values
+
+    class Head(nn.Module):
+        base_model_prefix = "model"
+
+        def __init__(self):
+            super().__init__()
+            self.model = Base()
+
+    head = Head()
+    assert _encoder(head) == head.model.get_image_features
+    assert _encoder(Base()) is not None
+    assert _encoder(nn.Linear(2, 2)) is None
+
+
+def test_perception_lm_names_its_pe_tower_tiny():
+    config = hf_tasks.tiny_config("perception_lm")
+    args = config.vision_config.model_args
+    assert config.vision_config.architecture.startswith("vit_pe_lang")
+    assert args["embed_dim"] == hf.HIDDEN and args["depth"] == 2
+    grid = args["img_size"][0] // args["patch_size"]
+    assert tuple(args["ref_feat_shape"]) == (grid, grid)

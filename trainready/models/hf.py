@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import logging
 import os
 import re
@@ -387,6 +388,54 @@ _QWEN4_EXP_QSA = _set(
     indexer_compress_ratio=4,
 )
 
+# Gemma 3n's vision tower, timm's MobileNetV5 encoder, at the block types of the checkpoint's
+# (edge residual, universal inverted residual, mobile MQA; a multi-scale fusion of the last two
+# stages) and tiny widths: 500k parameters for its 300M. Its fusion adapter's output is fixed at
+# 2048 channels by timm (the tower's `hidden_size`), pooled to a 2 x 2 grid of soft tokens.
+_MOBILENET_V5_TINY = [
+    ["er_r1_k3_s2_e4_c16"],
+    ["uir_r1_a3_k5_s2_e6_c24"],
+    ["uir_r1_a5_k5_s2_e6_c32", "mqa_r1_k3_h2_s2_d16_c32", "uir_r1_a0_k0_s1_e2_c32"],
+    ["uir_r1_a5_k5_s2_e6_c64", "mqa_r1_k3_h2_s1_d16_c64", "uir_r1_a0_k0_s1_e2_c64"],
+]
+
+
+def _gemma3n(d: dict[str, Any]) -> None:
+    """The multimodal Gemma 3n, trained here on text like its causal-LM class's other types: its
+    text model as gemma3n_text's (no KV sharing: 15 shared layers of the 2 kept), and its
+    towers built tiny, which the default config builds at full size (295M parameters): the
+    audio conformer at transformers' own test sizes, the vision tower as above (where timm is
+    installed; without it the build says timm is missing)."""
+    d["text_config"] = {**d["text_config"], "num_kv_shared_layers": 0}
+    d["audio_config"] = {
+        **d["audio_config"],
+        "conf_num_hidden_layers": LAYERS,
+        "conf_num_attention_heads": HEADS,
+        "sscp_conv_channel_size": [16, 8],
+        "conf_conv_kernel_size": 3,
+        "conf_attention_chunk_size": 4,
+        "conf_attention_context_left": 5,
+    }
+    if importlib.util.find_spec("timm") is None:
+        return
+    from trainready.models.timm_zoo import import_timm
+
+    import_timm()
+    from timm.models._efficientnet_builder import decode_arch_def
+
+    grid = 2
+    d["vision_config"] = {
+        **d["vision_config"],
+        "hidden_size": 2048,
+        "model_args": {
+            "block_args": decode_arch_def(_MOBILENET_V5_TINY),
+            "stem_size": 16,
+            "msfa_output_resolution": grid,
+        },
+    }
+    d["vision_soft_tokens_per_image"] = grid * grid
+
+
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # Default configs that leave a size None which the modeling code needs (transformers 5.x).
     "hunyuan_v1_dense": _set(head_dim=HEAD_DIM),
@@ -439,6 +488,7 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
         is_decoder=True, axial_pos_embds_dim=[HIDDEN // 2, HIDDEN // 2], axial_pos_shape=[4, 8]
     ),
     "gemma3n_text": _set(num_kv_shared_layers=0),
+    "gemma3n": _gemma3n,
     # Gemma 4 speculative-decoding drafters: every layer reads the target model's shared KVs, and
     # the count (in the text config, not cut by the generic shrink) must equal the layer count.
     "gemma4_assistant": _nested("text_config", num_kv_shared_layers=LAYERS),

@@ -17,6 +17,7 @@ its pixels beside the text from the first layout.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,12 +152,15 @@ def _find(config: Any, *names: str) -> Any:
     return None
 
 
-def _encoder(model: nn.Module) -> str | None:
+def _encoder(model: nn.Module) -> Callable[..., Any] | None:
     """The model's visual feature method: an image LM's, else a video LM's (InstructBLIP-Video:
-    its pixels are frames); None for a model that takes no images (a text-only LM in the table)."""
+    its pixels are frames), on the head model or, where only its base model has one
+    (PerceptionLM), there; None for a model that takes no images (a text-only LM in the table)."""
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None)
     for name in ("get_image_features", "get_video_features"):
-        if callable(getattr(model, name, None)):
-            return name
+        for owner in (model, base):
+            if callable(method := getattr(owner, name, None)):
+                return method
     return None
 
 
@@ -186,7 +190,7 @@ def _image_text(
     style, `image_grid_thw`) get a 4 x 4 grid of flattened patches."""
     sig = inspect.signature(model.forward).parameters
     encoder = _encoder(model)
-    video = encoder == "get_video_features"
+    video = encoder.__name__ == "get_video_features"
     batch: dict[str, torch.Tensor] = {}
     if "image_grid_thw" in sig:
         v = _vision(config)
@@ -206,10 +210,10 @@ def _image_text(
         if layout.image_sizes:
             h, w = batch["pixel_values"].shape[-2:]
             batch["image_sizes"] = torch.tensor([[h, w]] * BATCH)
-    if "qformer_input_ids" in inspect.signature(getattr(model, encoder)).parameters:
+    if "qformer_input_ids" in inspect.signature(encoder).parameters:
         batch |= _qformer_prompt(config, gen)  # the Q-Former reads it with the image
     with torch.no_grad():
-        feats = getattr(model, encoder)(**batch)
+        feats = encoder(**batch)
     rows = _feature_rows(feats)
     if rows % BATCH:
         raise ValueError(f"{rows} image features do not split over {BATCH} images")

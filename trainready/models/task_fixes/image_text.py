@@ -270,6 +270,29 @@ def _granite4_inputs(model: Any, config: Any, gen: Any, batch: dict[str, Any]) -
     }
 
 
+def _perception_lm(d: dict[str, Any]) -> None:
+    """PerceptionLM's vision tower is timm's Perception Encoder, but transformers 5.24's default
+    config leaves TimmWrapper's own default, resnet50 with no `model_args`, and the projector
+    reads `model_args["embed_dim"]`: the tower PLM is built on (PE-Lang: an EVA ViT with 2-D
+    RoPE, a class token, layer scale, no final norm), shrunk through timm's `model_args` as
+    transformers' own test does: 2 blocks 64 wide, 16 px patches on the zoo's 64 px image (a
+    4 x 4 grid, the RoPE's reference grid), no pooling (the projector reads every token)."""
+    grid = 4
+    d["vision_config"] = {
+        **d["vision_config"],
+        "architecture": "vit_pe_lang_large_patch14_448",
+        "model_args": {
+            "embed_dim": hf.HIDDEN,
+            "depth": 2,
+            "num_heads": hf.HEADS,
+            "patch_size": 16,
+            "img_size": (16 * grid, 16 * grid),
+            "ref_feat_shape": (grid, grid),
+            "global_pool": "",
+        },
+    }
+
+
 ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     "granite4_vision": _granite4_vision,  # (why: in the function)
     # Its text attention is multi-head (the checkpoint's key/value heads = its heads; the eager
@@ -354,6 +377,7 @@ ADJUST: dict[str, Callable[[dict[str, Any]], None]] = {
     # give its bilinear weights an error every float32 run shares: the grid's gradient 2.2x
     # its measured noise, which the independently rounded runs cannot see.)
     "hy_v4_vl": _sub("vision_config", hf._set(max_image_size=64)),
+    "perception_lm": _perception_lm,  # (why: in the function)
 }
 INPUTS: dict[str, Callable[..., dict[str, Any]]] = {
     "qwen2_5_omni_thinker": _vision_span,
