@@ -527,8 +527,9 @@ FLOAT64_MODE: dict[str, str] = {
 
 # Types that stay unsupported or fail for reasons of their own, not of the shrinking (transformers
 # 5.24, eager fp32 on the CPU):
-# - gemma3n: the causal-LM mapping names the multimodal Gemma3nForConditionalGeneration, whose
-#   vision tower is a timm model (needs timm and PIL); its text decoder is the gemma3n_text type.
+# - gemma3n without timm: the causal-LM mapping names the multimodal
+#   Gemma3nForConditionalGeneration, whose vision tower is a timm model (`_gemma3n` above); its
+#   text decoder is also the gemma3n_text type.
 # - rwkv (fail_numerics, an honest result): RWKV initialises its embedding at ~1e-4 per entry at
 #   any size (orthogonal, gain 1e-4 sqrt(max(V, H))) and normalises it with pre_ln, whose eps 1e-5
 #   dwarfs the 1e-8 variance, so the embedding gradient is ~316x larger than the rest (rms ~5 vs
