@@ -211,3 +211,31 @@ def test_compiled_faults_on_emu_are_named_pooled_and_placed_in_the_stack(tmp_pat
     assert "pooled_baseline" not in zeroed["diagnostics"]  # far past its allowance: a finding
     d = nudged["diagnostics"]
     assert d["pooled_baseline"] == 9 and d["error"].startswith("down.weight.grad rmse ratio")
+
+
+def test_task_models_of_every_input_modality_are_judged_on_emu(tmp_path):
+    """The task zoo on the foreign device, through the same engine as the causal LMs: image,
+    video, audio and image-text models train on emu, pass against the float64 reference, and
+    list the ops that fell back to the host; a seq2seq model whose embeddings are tied fails
+    with the reason (emu's tensors are not shallow-copy compatible with the CPU's, so
+    `Module.to` makes new Parameters and the ties train apart)."""
+    out = tmp_path / "tasks"
+    types = {"vit": "vision", "videomae": "video", "wav2vec2": "audio", "llava": "multimodal"}
+    p = cli(
+        "run", "parity", "--device", "emu", *IMPORT, "--preset", "standard",
+        "--set", "modes=eager", "--set", "zoo=hf", "--set", f"hf_types={','.join(types)},t5",
+        "--out", str(out), "--no-report",
+    )  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    results = {r["params"]["model"]: r for r in by_suite(report(out), "parity")}
+    assert set(results) == {*types, "t5"}
+    for model, modality in types.items():
+        r = results[model]
+        assert (r["status"], r["params"]["modality"]) == ("pass", modality), r["diagnostics"]
+        ops = r["diagnostics"]["ops"]
+        assert ops["dispatch_key"] == "PrivateUse1" and ops["dispatch_fallbacks"], model
+        assert "text_only" not in r["diagnostics"], model  # the tower ran on the device too
+    t5 = results["t5"]
+    assert t5["status"] == "fail_numerics"
+    assert t5["diagnostics"]["error"].startswith("tied parameters came apart on .to('emu:0')")
+    assert "model.lm_head.weight" in t5["diagnostics"]["broken_ties"][0]
