@@ -11,7 +11,10 @@ processes, each into an empty store:
 
 For each run it records the total wall time (process start to exit), the time to the first stored
 result (when the progress bar first moves), and per suite the wall span (first case start to last
-case end) with the cases' summed durations and status counts. The target (issue #15) is a cold run
+case end) with the cases' summed durations and status counts; and where the time went, read from
+the run's store (`where_time_goes`): parity's cases by mode with the compiled ones' compile time,
+flex's compiles, each train process's whole life against its first step and compile, and when
+the first case started. The target (issue #15) is a cold run
 within 300 s on 2 cores with the first result within 15 s; the ratios are of one run against the
 other on the same machine, minutes apart.
 """
@@ -30,6 +33,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 COMMAND = ["run", "all", "--device", "cpu", "--preset", "quick"]
 
@@ -58,6 +62,59 @@ def _suite_times(db: Path) -> tuple[dict[str, dict], float]:
     return out, first
 
 
+def _add(into: dict[str, float], key: str, value: float | None) -> None:
+    into[key] = round(into.get(key, 0.0) + (value or 0.0), 1)
+
+
+def where_time_goes(db: Path, t0: float) -> dict[str, Any]:
+    """Where a run's case time went, from what its cases measured: parity's cases by mode (the
+    compiled ones' compile time apart), flex's compiles against the rest of its cases, and each
+    fresh process of the train suite (its whole life, its first step, the compile in it), and
+    when the first case started after the process did at `t0` (start-up, planning, the peak)."""
+    con = sqlite3.connect(db)
+    rows = list(
+        con.execute(
+            "select suite, params, metrics, diagnostics, started_at, duration_s from results"
+        )
+    )
+    con.close()
+    parity: dict[str, dict[str, float]] = defaultdict(dict)
+    flex: dict[str, float] = {}
+    train = []
+    for suite, params, metrics, diagnostics, _, duration in rows:
+        m = json.loads(metrics or "{}")
+        if suite == "parity":
+            mode = parity[json.loads(params or "{}").get("mode", "?")]
+            mode["cases"] = int(mode.get("cases", 0)) + 1
+            _add(mode, "case_s", duration)
+            _add(mode, "compile_s", m.get("compile_s"))
+        elif suite == "flex":
+            flex["cases"] = int(flex.get("cases", 0)) + 1
+            _add(flex, "case_s", duration)
+            _add(flex, "compile_s", m.get("compile_s"))
+        elif suite == "train":
+            scenarios = json.loads(diagnostics or "{}").get("scenarios") or {}
+            for mode, by_name in scenarios.items():
+                for name, sc in by_name.items():
+                    train.append(
+                        {
+                            "process": f"{mode} {name}",
+                            "process_s": round(sc.get("process_s") or 0.0, 1),
+                            "first_step_s": round(sc.get("first_step_s") or 0.0, 2),
+                            "compile_s": round(
+                                (sc.get("compile") or {}).get("compile_s") or 0.0, 1
+                            ),
+                        }
+                    )
+    first_start = min((r[4] for r in rows), default=None)
+    return {
+        "first_case_started_s": round(first_start - t0, 1) if first_start else None,
+        "parity_by_mode": dict(parity),
+        "flex": flex,
+        "train_processes": train,
+    }
+
+
 def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"mainjob-{label}-"))
     env = {
@@ -82,6 +139,7 @@ def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
         "cases": sum(statuses.values()),
         "statuses": dict(statuses),
         "suites": suites,
+        "where_time_goes": where_time_goes(out / "trainready.db", t0),
         "exit_code": proc.returncode,
     }
 
