@@ -150,7 +150,9 @@ def test_a_signal_mid_case_ends_every_process_of_the_run(tmp_path, sig):
 
 
 def _training(cmd: str) -> bool:
-    return "-m trainready.training" in cmd
+    """A training process on the CPU: a fork of the train suite's zygote (which shows the
+    zygote's command line: two of them, the zygote and its child, mean one is training)."""
+    return "-m trainready.suites.train_zygote" in cmd
 
 
 def _rank(cmd: str) -> bool:
@@ -161,14 +163,14 @@ def _rank(cmd: str) -> bool:
 @pytest.mark.parametrize(
     ("kind", "count", "args"),
     [
-        (_training, 1, ()),
+        (_training, 2, ()),
         (_rank, 2, ("--nproc", "2")),  # torchrun's ranks: sessions of their own
     ],
     ids=["training-process", "torchrun-ranks"],
 )
 def test_sigterm_while_the_train_suite_trains_leaves_nothing(tmp_path, kind, count, args):
-    """The train suite's own children: a `python -m trainready.training` process, or torchrun
-    and its ranks; SIGTERM lands while they train (many steps: they are still at it)."""
+    """The train suite's own children: its zygote and the training process forked from it, or
+    torchrun and its ranks; SIGTERM lands while they train (many steps: they are still at it)."""
     token, out = uuid.uuid4().hex, tmp_path / "runs"
     sets = ["scenarios=cold", "seq_len=16", "batch_size=2", "steps=100000", "warmup=0"]
     proc = start_run(

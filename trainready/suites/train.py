@@ -2,8 +2,9 @@
 
 One case is one training configuration (a Qwen3 size, sequence length, batch, dtype...). It trains
 the model in both modes -- eager, and compiled (each block, or the whole model) -- under four
-scenarios, each in a fresh process (`python -m trainready.training`, or fresh ranks under torchrun
-with `--nproc N`, FSDP2 over them):
+scenarios, each in a fresh process (`python -m trainready.training`, on the CPU and CUDA a fork of
+a zygote that imported torch: `train_zygote.py`; or fresh ranks under torchrun with `--nproc N`,
+FSDP2 over them):
 
 - cold: empty compile caches (a new TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and the vendor's
   cache dirs: `trainready.device.compile_cache_env`);

@@ -2,7 +2,8 @@
 
 `run_modes` runs both modes scenario by scenario, taking turns (eager cold, compiled cold, eager
 warm, ...), each mode with its own compile cache, empty at the start and shared by its scenarios
-in order. One scenario is `python -m trainready.training` in a fresh interpreter (`run_single`), or
+in order. One scenario is `python -m trainready.training` (`run_single`: a fork of the case's zygote
+where `train_zygote.usable`, else a fresh interpreter), or
 `rank_train` on fresh ranks under torchrun with FSDP2 (`run_ranks`, `combine_ranks`); with
 `--profile`, the headline scenario runs profiled (`train_profile.py`). A process that fails gives a
 `Scenario` with its status and the tail of its output, never a record.
@@ -10,6 +11,7 @@ in order. One scenario is `python -m trainready.training` in a fresh interpreter
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,7 +26,7 @@ from trainready.core.context import CaseContext
 from trainready.core.procs import guarded_command
 from trainready.device import compile_cache_env
 from trainready.probes.compile import backend_unsupported
-from trainready.suites import train_profile
+from trainready.suites import train_profile, train_zygote
 from trainready.suites.train_plan import MODES, scenario_spec
 from trainready.training import TrainSpec
 
@@ -41,7 +43,7 @@ class Scenario:
     status: str = "pass"  # pass, or the failing status the scenario alone earned
     error: str | None = None
     detail: str = ""  # traceback or output tail
-    process_s: float = 0.0  # the whole process(es), start-up and import included
+    process_s: float = 0.0  # the whole process(es), start-up included (a fork: torch imported)
     spec: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None  # the capture (--profile): files, summary or error
 
@@ -63,8 +65,9 @@ def run_single(
     timeout_s: float,
     profile: dict[str, Any] | None = None,
 ) -> Scenario:
-    """`python -m trainready.training` in a fresh interpreter with `env` added; with `profile`
-    (see `train_profile.profile_plan`), `python -m trainready.suites.train_profile` instead."""
+    """`python -m trainready.training` with `env` added: forked by the zygote `run_modes` opened
+    (`train_zygote.current`), else in a fresh interpreter; with `profile` (see
+    `train_profile.profile_plan`), `python -m trainready.suites.train_profile` in a fresh one."""
     work.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = work / "spec.json", work / "result.json", work / "output.log"
     spec_path.write_text(json.dumps(spec.to_json()))
@@ -74,27 +77,27 @@ def run_single(
         plan_path.write_text(json.dumps(profile))
         cmd = [sys.executable, "-m", train_profile.MODULE, str(spec_path), str(out_path)]
         cmd.append(str(plan_path))
-    # Dies with this worker even outside its process group; refused once the run has stopped.
-    cmd, guard_env = guarded_command(cmd)
     s = Scenario("", "")
     t0 = time.perf_counter()
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.run(
-                cmd,
-                env={**os.environ, **env, **guard_env},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            s.status, s.error = "timeout", f"exceeded the case budget ({timeout_s:.0f} s left)"
-            s.detail = _tail(log_path)
-            return s
+    try:
+        zygote = train_zygote.current() if profile is None else None
+        if zygote is not None:
+            try:
+                returncode = zygote.run(cmd[3:], {**os.environ, **env}, str(log_path), timeout_s)
+            except train_zygote.ZygoteLost as e:
+                train_zygote.forget(zygote)
+                s.status, s.error = "crash", f"training process lost: {e}"
+                s.detail = _tail(log_path)
+                return s
+        else:
+            returncode = _fresh_interpreter(cmd, env, log_path, timeout_s)
+    except subprocess.TimeoutExpired:
+        s.status, s.error = "timeout", f"exceeded the case budget ({timeout_s:.0f} s left)"
+        s.detail = _tail(log_path)
+        return s
     s.process_s = time.perf_counter() - t0
     result = json.loads(out_path.read_text()) if out_path.exists() else None
-    if proc.returncode == 0 and result is not None:
+    if returncode == 0 and result is not None:
         s.record = result
     elif result is not None and "error" in result:
         s.status, s.error = _KIND_STATUS[result["kind"]], result["error"]
@@ -102,9 +105,26 @@ def run_single(
     else:
         from trainready.core.runner import signal_name
 
-        s.status, s.error = "crash", f"training process died: {signal_name(proc.returncode)}"
+        s.status, s.error = "crash", f"training process died: {signal_name(returncode)}"
         s.detail = _tail(log_path)
     return s
+
+
+def _fresh_interpreter(
+    cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float
+) -> int:
+    """`cmd` in a new interpreter with `env` added, its output in `log_path`: the exit code. It
+    dies with this worker even outside its process group, and is refused once the run stopped."""
+    cmd, guard_env = guarded_command(cmd)
+    with open(log_path, "wb") as log:
+        return subprocess.run(
+            cmd,
+            env={**os.environ, **env, **guard_env},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+        ).returncode
 
 
 def combine_ranks(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -264,7 +284,8 @@ def run_modes(
     whose load drifts, both modes then run under much the same load, so the speedup stays fair.
     Each mode still has its own cache and runs its scenarios in order."""
     runs = [_mode_run(p, ctx, mode, root) for mode in MODES]
-    for name in p["scenarios"]:
-        for m in runs:
-            _run_next(p, ctx, m, name, root, deadline)
+    with train_zygote.forking(ctx.device) if p["nproc"] == 1 else contextlib.nullcontext():
+        for name in p["scenarios"]:
+            for m in runs:
+                _run_next(p, ctx, m, name, root, deadline)
     return {m.mode: m.done for m in runs}
