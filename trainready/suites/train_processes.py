@@ -71,28 +71,28 @@ def run_single(
     work.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = work / "spec.json", work / "result.json", work / "output.log"
     spec_path.write_text(json.dumps(spec.to_json()))
-    cmd = [sys.executable, "-m", "trainready.training", str(spec_path), str(out_path)]
+    module, args = "trainready.training", [str(spec_path), str(out_path)]
     if profile is not None:
         plan_path = work / "profile.json"
         plan_path.write_text(json.dumps(profile))
-        cmd = [sys.executable, "-m", train_profile.MODULE, str(spec_path), str(out_path)]
-        cmd.append(str(plan_path))
+        module, args = train_profile.MODULE, [*args, str(plan_path)]
+    zygote = train_zygote.current() if profile is None else None
     s = Scenario("", "")
     t0 = time.perf_counter()
     try:
-        zygote = train_zygote.current() if profile is None else None
         if zygote is not None:
-            try:
-                returncode = zygote.run(cmd[3:], {**os.environ, **env}, str(log_path), timeout_s)
-            except train_zygote.ZygoteLost as e:
-                train_zygote.forget(zygote)
-                s.status, s.error = "crash", f"training process lost: {e}"
-                s.detail = _tail(log_path)
-                return s
+            returncode = zygote.run(args, {**os.environ, **env}, str(log_path), timeout_s)
         else:
-            returncode = _fresh_interpreter(cmd, env, log_path, timeout_s)
+            returncode = _fresh_interpreter(
+                [sys.executable, "-m", module, *args], env, log_path, timeout_s
+            )
     except subprocess.TimeoutExpired:
         s.status, s.error = "timeout", f"exceeded the case budget ({timeout_s:.0f} s left)"
+        s.detail = _tail(log_path)
+        return s
+    except train_zygote.ZygoteLost as e:
+        train_zygote.forget(zygote)
+        s.status, s.error = "crash", f"training process lost: {e}"
         s.detail = _tail(log_path)
         return s
     s.process_s = time.perf_counter() - t0
