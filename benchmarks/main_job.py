@@ -5,8 +5,10 @@
 Runs the README's main job, `trainready run all --device cpu --preset quick`, twice in fresh
 processes, each into an empty store:
 
-1. cold: inductor's on-disk caches pointed at a new empty directory (TORCHINDUCTOR_CACHE_DIR, and
-   TRITON_CACHE_DIR for completeness), so every compile starts from nothing;
+1. cold: every on-disk compile cache pointed at a new empty directory (`compile_cache_env`:
+   TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, and TMPDIR, under which inductor keeps the
+   precompiled header of its CPU kernels whatever TORCHINDUCTOR_CACHE_DIR says), so every
+   compile starts from nothing, as on a fresh machine;
 2. warm: the same command again with the caches the cold run filled.
 
 For each run it records the total wall time (process start to exit), the time to the first stored
@@ -34,6 +36,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+from trainready.device import compile_cache_env
 
 COMMAND = ["run", "all", "--device", "cpu", "--preset", "quick"]
 
@@ -117,11 +121,7 @@ def where_time_goes(db: Path, t0: float) -> dict[str, Any]:
 
 def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"mainjob-{label}-"))
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
-        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
-    }
+    env = {**os.environ, **compile_cache_env("cpu", cache_dir)}
     cmd = [sys.executable, "-m", "trainready", *COMMAND, "--out", str(out), *extra]
     print(f"[{label}] {shlex.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.time()

@@ -5,6 +5,7 @@ order (cold fills it, warm and the others find what cold left)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from trainready.suites import train_plan, train_processes
 from trainready.suites.train import SCENARIOS
 from trainready.training import TrainSpec
 
-CACHE_VARS = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+CACHE_VARS = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TMPDIR"}
 NEURON_VARS = {"TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL"}
 
 
@@ -37,6 +38,31 @@ def test_inductor_and_triton_caches_go_under_the_root(tmp_path, device):
     env = compile_cache_env(device, tmp_path)
     assert set(env) == CACHE_VARS
     _assert_apart_under(env, tmp_path)
+
+
+# Where a process started with the environment keeps inductor's precompiled headers, which
+# TORCHINDUCTOR_CACHE_DIR does not move (a warm one would make a "cold" CPU compile seconds short).
+_HEADER_DIR = """
+import json, tempfile
+from torch._inductor import codecache
+print(json.dumps([codecache._HEADER_DIR, codecache.cache_dir(), tempfile.gettempdir()]))
+"""
+
+
+def test_inductors_precompiled_headers_and_temporary_files_go_under_the_root_too(tmp_path):
+    env = compile_cache_env("cpu", tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _HEADER_DIR],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    headers, cache, temp = (Path(p) for p in json.loads(out.stdout))
+    assert temp == tmp_path / "tmp"
+    assert headers.is_relative_to(tmp_path / "tmp") and headers.name == "precompiled_headers"
+    assert cache == tmp_path / "inductor"
 
 
 # torch knows the device type "neuron" once torch-neuronx names the PrivateUse1 backend after it,

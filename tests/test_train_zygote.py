@@ -39,12 +39,14 @@ def test_a_child_trains_with_its_own_environment_and_starts_fresh(zygote, tmp_pa
         "ZYGOTE_PROBE_OUT": str(probe),
         "ZYGOTE_PROBE_MARKER": "scenario-1",
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp_path),  # where inductor keeps its precompiled headers (compile_cache)
     }
     argv = _spec(tmp_path)
     assert zygote.run(argv, env, str(tmp_path / "log"), 120.0) == 0
     seen = json.loads(probe.read_text())
     assert seen["marker"] == "scenario-1"
     assert seen["inductor_cache"] == str(tmp_path / "cache")
+    assert seen["tempdir"] == str(tmp_path)
     assert seen["torch"] and seen["preloaded"] == []
     assert seen["pid"] != os.getpid()
     assert json.loads((tmp_path / "result.json").read_text())["losses"]

@@ -5,12 +5,14 @@ compile stacks had been imported before (none may be: the child must start fresh
 import json
 import os
 import sys
+import tempfile
 
 with open(os.environ["ZYGOTE_PROBE_OUT"], "w") as f:
     json.dump(
         {
             "marker": os.environ.get("ZYGOTE_PROBE_MARKER"),
             "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+            "tempdir": tempfile.gettempdir(),
             "torch": "torch" in sys.modules,
             "preloaded": sorted(
                 m

@@ -26,13 +26,19 @@ def compile_cache_env(device: str, root: str | Path) -> dict[str, str]:
     A process started with them compiles cold when `root` is empty and reuses what an earlier
     process left there: Inductor's FX-graph, AOTAutograd and kernel caches
     (TORCHINDUCTOR_CACHE_DIR), Triton's kernel cache (TRITON_CACHE_DIR, which otherwise defaults
-    to the user's home and would outlive a "cold" run), and the vendor's caches where the device
-    has them.
+    to the user's home and would outlive a "cold" run), the vendor's caches where the device
+    has them, and the process's temporary directory (TMPDIR, made here: tempfile ignores one
+    that does not exist). Inductor keeps its precompiled C++ headers (CPU kernels, cpp_wrapper)
+    in `<tempdir>/torchinductor_<user>/precompiled_headers` whatever TORCHINDUCTOR_CACHE_DIR says,
+    meant to outlive every cache reset; a fresh machine or container has none, and on the CPU
+    building it costs seconds of the first compile.
     """
     root = Path(root)
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "TRITON_CACHE_DIR": str(root / "triton"),
+        "TMPDIR": str(root / "tmp"),
     }
     for var, sub in _VENDOR_COMPILE_CACHES.get(device_type(device), {}).items():
         env[var] = str(root / sub)

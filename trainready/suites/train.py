@@ -6,8 +6,9 @@ scenarios, each in a fresh process (`python -m trainready.training`, on the CPU 
 a zygote that imported torch: `train_zygote.py`; or fresh ranks under torchrun with `--nproc N`,
 FSDP2 over them):
 
-- cold: empty compile caches (a new TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR and the vendor's
-  cache dirs: `trainready.device.compile_cache_env`);
+- cold: empty compile caches (a new TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, the vendor's
+  cache dirs, and TMPDIR, where inductor keeps its precompiled headers:
+  `trainready.device.compile_cache_env`);
 - warm: the same run again, with the caches cold left;
 - arch_change: warm caches, one small edit to the model (the MLP activation swapped, or a norm
   added after each sublayer): what a researcher's ablation costs;

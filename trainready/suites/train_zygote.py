@@ -31,6 +31,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -160,6 +161,7 @@ def _child(request: dict, zygote_pid: int) -> None:
         die_with_parent(signal.SIGKILL, zygote_pid)
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # found again from the scenario's TMPDIR (its compile caches)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
