@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist's workers (the README's test command runs two) start with COLUMNS=80 in their
+# environment, where plain pytest has none; the CLI's rich consoles read it once, when first
+# imported, and a test that widens the output with COLUMNS would find them frozen at 80.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture(autouse=True)
