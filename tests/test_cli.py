@@ -127,7 +127,9 @@ def test_mfu_help_lists_the_named_models_and_device_kinds():
     assert "Qwen3-8B" in list_specs() and "h200" in KINDS
 
 
-def test_devices_without_measuring_creates_nothing(tmp_path):
+def test_devices_without_measuring_creates_nothing(tmp_path, monkeypatch):
+    # wide enough for one line per row: the name column's width is the machine's CPU name
+    monkeypatch.setenv("COLUMNS", "200")
     p = cli("devices", "--no-measure", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "not measured (--no-measure)" in p.stdout

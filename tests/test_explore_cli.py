@@ -14,6 +14,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
+from tests.clirun import default_signals
 from trainready.cli import app
 
 
@@ -73,6 +74,7 @@ def test_serve_answers_and_stops(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # Ctrl-C below
     )
     try:
         line = proc.stdout.readline()
@@ -109,6 +111,7 @@ def test_explore_takes_the_folder_profile_wrote(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # Ctrl-C below
     )
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]

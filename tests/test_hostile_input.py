@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.clirun import default_signals
 from trainready import api
 from trainready.cli import app
 from trainready.core import store as store_module
@@ -172,6 +173,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=ENV,
+            preexec_fn=default_signals,  # stop() is Ctrl-C
         )
         self.lines = [self.proc.stdout.readline()]
         assert "explorer at http://" in self.lines[0], self.lines[0] + self.proc.stderr.read()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirun import ROOT
+from tests.clirun import ROOT, default_signals
 from trainready.core import procs
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import Store
@@ -74,15 +74,8 @@ def start_run(out: Path, token: str, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # An ignored SIGHUP is inherited (pytest under nohup), and a run keeps it ignored, as
-        # nohup asks: the run under test starts with every signal it handles at its default.
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
-
-
-def _default_signals() -> None:
-    for sig in SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def stop_run(proc: subprocess.Popen, sig: int) -> tuple[str, str]:
