@@ -176,11 +176,13 @@ def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu}
 
 
-# The floor of a whole `analyze`: the interpreter, then numpy, then every library the parse needs.
+# The floor of a whole `analyze`: the interpreter, then numpy, then every library the parse needs;
+# numpy loaded as analyze loads it, with one OpenBLAS thread (trainready.profile.text.run).
+_ONE_BLAS_THREAD = "import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')"
 FLOORS = {
     "floor_python": "pass",
-    "floor_numpy": "import numpy",
-    "floor_deps": "import numpy, msgspec, isal.isal_zlib",
+    "floor_numpy": f"{_ONE_BLAS_THREAD}; import numpy",
+    "floor_deps": f"{_ONE_BLAS_THREAD}; import numpy, msgspec, isal.isal_zlib",
 }
 
 

@@ -256,8 +256,8 @@ def _entry(
 
 def test_the_console_entry_analyzes_without_the_cli():
     """The console script's `analyze TRACE` loads neither Typer nor the runner, the reports,
-    torch or numpy.ma (a whole `trainready analyze` is python, numpy, the parse, the analyses and
-    rich's printing), and prints what the Typer command prints. (It ends with
+    torch, numpy.ma or rich (a whole `trainready analyze` into a pipe is python, numpy, the parse,
+    the analyses and plain-text printing), and prints what the Typer command prints. (It ends with
     os._exit: the modules it loaded are read from `-X importtime`.)"""
     p = _entry(["analyze", str(SMALL)], env={"COLUMNS": "80"}, flags=["-X", "importtime"])
     assert p.returncode == 0, p.stderr
@@ -265,7 +265,8 @@ def test_the_console_entry_analyzes_without_the_cli():
     assert "trainready.profile.analysis" in loaded and "numpy" in loaded
     heavy = ("typer", "click", "pydantic", "torch", "numpy.ma", "trainready.cli",
              "trainready.clikit", "trainready.commands", "trainready.core", "trainready.api",
-             "trainready.report.model", "trainready.report.fmt", "trainready.report.html")  # fmt: skip
+             "trainready.report.model", "trainready.report.fmt", "trainready.report.html",
+             "rich")  # fmt: skip
     assert [m for m in heavy if m in loaded] == []
     typer_result = runner.invoke(app, ["analyze", str(SMALL)], env={"COLUMNS": "80"})
     assert p.stdout == typer_result.output

@@ -2,7 +2,8 @@
 
 The plain form of `analyze` (`trainready.profile.text.parse_quick`) runs here before Typer, the
 runner or the report package is imported, so its whole process is Python's start, numpy, the
-parse, the analyses and rich's printing; its output, errors and exit codes are the Typer command's.
+parse, the analyses and the printing (rich's on a terminal, plain text into a file or a pipe); its
+output, errors and exit codes are the Typer command's.
 Everything else (`--help`, other commands, any other form of `analyze`) is `trainready.cli.main`.
 """
 

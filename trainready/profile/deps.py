@@ -218,41 +218,57 @@ def critical_path(
 
 def _walk(trace: Trace, nodes: np.ndarray, graph: Graph, best: np.ndarray) -> dict[str, Any]:
     """Walk back from the node that ends last, through binding dependencies (`best`, from
-    Graph.binding) among `nodes`."""
+    Graph.binding) among `nodes`. Only the pointer chase is a Python loop (one read per node);
+    the time by category is worked out over the whole path at once."""
     if nodes.size == 0:
         return {"events": [], "length_ns": 0, "by_category": {}}
-    end = trace.end
-    node = int(nodes[np.argmax(end[nodes])])
-    path: list[int] = []
+    prev_of = np.where(best >= 0, graph.src[best], -1)  # each node's binding predecessor
+    node = int(nodes[np.argmax(trace.end[nodes])])
+    chain: list[int] = []  # from the last node back to the first
+    while node >= 0:
+        chain.append(node)
+        node = prev_of.item(node)
+    return _path_times(trace, graph, best, np.asarray(chain, dtype=np.int64))
+
+
+# The wait before a node, named by its binding edge's type (Graph._TYPES' order).
+_WAIT_LABELS = tuple({"launch": "launch latency", "host": "host"}.get(t, "waiting") for t in Graph._TYPES)
+
+
+def _path_times(
+    trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray
+) -> dict[str, Any]:
+    """The critical path along `chain` (walked backwards, last node first): `t_hi`, the time
+    from which a node is still on the path, is the running minimum of the end of the path so far
+    and each predecessor's end; a node's own time is from the later of its start and its
+    predecessor's end up to t_hi, the wait before it from its predecessor's end up to its start.
+    Categories are listed by time, ties in the order the walk first meets them."""
+    start = trace.ts[chain]
+    prev_end = trace.end[chain[1:]]  # each node's binding predecessor: the next in the chain
+    t_hi = np.minimum.accumulate(np.concatenate((trace.end[chain[:1]], prev_end)))
+    own = t_hi.copy()
+    own[:-1] -= np.maximum(start[:-1], prev_end)
+    own[-1] -= start[-1]
+    wait = np.minimum(t_hi[:-1], start[:-1]) - prev_end
+    codes = graph.category[chain].astype(np.int64)  # -1: host, else a kernel type
+    labels = ["host", *A.KERNEL_TYPES, *_WAIT_LABELS]
+    wait_label = graph.type[best[chain[:-1]]].astype(np.int64) + 1 + len(A.KERNEL_TYPES)
+    # the walk's order: node 0's own time, its wait, node 1's own time, ...
+    amount = np.empty(2 * chain.size - 1, dtype=np.int64)
+    label = np.empty(2 * chain.size - 1, dtype=np.int64)
+    amount[0::2], amount[1::2] = own, wait
+    label[0::2], label[1::2] = codes + 1, wait_label
+    keep = amount > 0
+    amount, label = amount[keep], label[keep]
     by_cat: dict[str, int] = {}
-
-    def add(label: str, ns: int) -> None:
-        if ns > 0:
-            by_cat[label] = by_cat.get(label, 0) + ns
-
-    finish = t_hi = int(end[node])
-    while True:
-        path.append(node)
-        code = int(graph.category[node])
-        cat = "host" if code < 0 else A.KERNEL_TYPES[code]
-        start_node = int(trace.ts[node])
-        edge = int(best[node])
-        if edge < 0:
-            add(cat, t_hi - start_node)
-            start = min(t_hi, start_node)
-            break
-        prev, etype = int(graph.src[edge]), Graph._TYPES[int(graph.type[edge])]
-        prev_end = int(end[prev])
-        # The node's own time after its binding dependency finished, then the wait before it.
-        add(cat, t_hi - max(start_node, prev_end))
-        wait = "launch latency" if etype == "launch" else ("host" if etype == "host" else "waiting")
-        add(wait, min(t_hi, start_node) - prev_end)
-        t_hi = min(t_hi, prev_end)
-        node = prev
-    path.reverse()
+    firsts = np.unique(label, return_index=True)[1]
+    for i in np.sort(firsts):
+        name = labels[int(label[i])]
+        by_cat[name] = by_cat.get(name, 0) + int(amount[label == label[i]].sum())
+    length = int(trace.end[chain[0]]) - min(int(t_hi[-1]), int(start[-1]))
     return {
-        "events": path,
-        "length_ns": finish - start,
+        "events": chain[::-1].tolist(),
+        "length_ns": length,
         "by_category": dict(sorted(by_cat.items(), key=lambda kv: -kv[1])),
     }
 

@@ -91,7 +91,7 @@ def intersection_total(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np
 
 def previous_greater(values: np.ndarray) -> np.ndarray:
     """For each position j: the nearest i < j with values[i] > values[j], -1 if none."""
-    out = np.full(values.size, -1, dtype=np.int64)
+    out = [-1] * values.size  # a list: one numpy store per position costs more than the walk
     stack: list[int] = []
     vals = values.tolist()
     for j, v in enumerate(vals):
@@ -100,7 +100,7 @@ def previous_greater(values: np.ndarray) -> np.ndarray:
         if stack:
             out[j] = stack[-1]
         stack.append(j)
-    return out
+    return np.array(out, dtype=np.int64)
 
 
 def enclosing(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -5,9 +5,10 @@ entry (`trainready.entry`) runs the plain form of `analyze` without Typer, rich,
 report package -- a whole `trainready analyze` is Python's start, numpy, the parse, the analyses and
 the printing. The Typer command (`trainready.commands.profile.analyze`) runs the same body.
 
-Output: the summary is a list of lines and tables (`summary_blocks`), drawn by rich through the
-CLI's console (`trainready.consoles`, rich alone: not Typer). Numbers read as everywhere else
-(`trainready.report.numbers`).
+Output: the summary is a list of lines and tables (`summary_blocks`), drawn on a terminal by rich
+through the CLI's console (`trainready.consoles`, rich alone: not Typer), and into a file or a
+pipe as plain text (`plain_lines`: whole lines, columns aligned, no rich loaded). Numbers read as
+everywhere else (`trainready.report.numbers`).
 """
 
 from __future__ import annotations
@@ -318,8 +319,49 @@ def _host_tables(s: dict[str, Any], out: list[Line | Table]) -> None:
 
 
 def print_summary(s: dict[str, Any]) -> None:
-    """Print one trace's summary on stdout through the CLI's rich console."""
-    print_rich(summary_blocks(s))
+    """Print one trace's summary on stdout: on a terminal through the CLI's rich console, else
+    as plain text (a file or a pipe gets whole lines at any width, and the process does not
+    load rich)."""
+    blocks = summary_blocks(s)
+    if stdout_is_terminal():
+        print_rich(blocks)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in plain_lines(blocks)))
+
+
+def stdout_is_terminal() -> bool:
+    """Whether rich's console would take stdout for a terminal (rich.console.Console.is_terminal,
+    without importing rich): TTY_COMPATIBLE=1 or 0 says so, a non-empty FORCE_COLOR says yes,
+    else stdout's isatty()."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force != ""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def plain_lines(blocks: list[Line | Table]) -> list[str]:
+    """The blocks as plain text: a line as it is; a table as its title, its header, a rule and
+    its rows, columns two spaces apart and each justified as declared, set off by blank lines."""
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, Line):
+            out.append(block.text)
+            continue
+        header = [h for h, _ in block.columns]
+        widths = [max(len(c) for c in cells) for cells in zip(header, *block.rows, strict=True)]
+        out += ["", block.title] if out and out[-1] else [block.title]
+        for cells in (header, ["-" * w for w in widths], *block.rows):
+            padded = (c.rjust(w) if justify == "right" else c.ljust(w)
+                      for c, w, (_, justify) in zip(cells, widths, block.columns, strict=True))  # fmt: skip
+            out.append("  ".join(padded).rstrip())
+        out.append("")
+    return out[:-1] if out and not out[-1] else out
 
 
 def print_rich(blocks: list[Line | Table]) -> None:
