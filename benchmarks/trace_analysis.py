@@ -29,13 +29,17 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   `trainready.cli:main` in a tree without entry.py; every analysis and the printed tables, output
   to /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a
   fresh `python -c` running HTA's load and five analyses as above; wall time and CPU time of each
-  child (its workers included), imports and interpreter start-up included. The two run
-  interleaved (ours, HTA, HTA, ours, ...) so load on a shared machine falls on both; the speed-up
+  child (its workers included), imports and interpreter start-up included. Output to /dev/null
+  is not a terminal, so `analyze` prints plain text there; `trainready_terminal` is the same
+  command told it writes to a terminal (TTY_COMPATIBLE=1: rich's tables, as a user at a terminal
+  gets them), `terminal_speedup_*` its ratio. The tools run
+  interleaved (ours, HTA, HTA, ours, ...) so load on a shared machine falls on all; the speed-up
   is the median of each round's ratio. `--baseline DIR`, another source tree of trainready (an
   earlier revision: `git archive REV | tar -x -C DIR`), adds its `analyze` to every round, the
   same way. Every round also times the floor no `analyze` can go under, in the same
   interleaving: `python -c pass` (the interpreter and site), `python -c "import numpy"` and
-  `python -c "import numpy, msgspec, isal.isal_zlib"` (the parse's dependencies); per trace,
+  `python -c "import numpy, msgspec, isal.isal_zlib"` (the parse's dependencies), numpy with one
+  OpenBLAS thread as `analyze` loads it; per trace,
   `floor_speedup_*` is the median of HTA / the numpy floor: the best ratio any `analyze` could
   reach on that trace on that machine (under 10: 10x HTA is out of reach there), and
   `above_floor_*` our median time over the numpy floor (what trainready itself costs).
@@ -186,6 +190,10 @@ FLOORS = {
 }
 
 
+# `analyze` as on a terminal: rich's tables (ANSI codes and all), still written to /dev/null.
+TERMINAL = {"TTY_COMPATIBLE": "1"}
+
+
 def _analyze_cmd(tree: Path, path: Path) -> list[str]:
     """`trainready analyze PATH` as the console script of the source tree `tree` runs it (`-c`
     imports the package of the cwd first): its entry module's main()."""
@@ -201,20 +209,22 @@ def _whole(
     the `baseline` source tree's `analyze` in each round when given; and the floors (FLOORS).
     `speedup_*`: the median over rounds of HTA's time / this tree's; `baseline_speedup_*`: the
     same for the baseline's; `floor_speedup_*`: HTA's time / the numpy floor's."""
+    plain: dict[str, str] = {}
     tools = {
-        "trainready": (_analyze_cmd(REPO, path), REPO),
-        "hta": ([sys.executable, "-c", _HTA, str(path)], REPO),
+        "trainready": (_analyze_cmd(REPO, path), REPO, plain),
+        "trainready_terminal": (_analyze_cmd(REPO, path), REPO, TERMINAL),
+        "hta": ([sys.executable, "-c", _HTA, str(path)], REPO, plain),
     }
     if baseline is not None:
-        tools["baseline"] = (_analyze_cmd(baseline, path), baseline)
+        tools["baseline"] = (_analyze_cmd(baseline, path), baseline, plain)
     for name, code in FLOORS.items():
-        tools[name] = ([sys.executable, "-c", code], REPO)
+        tools[name] = ([sys.executable, "-c", code], REPO, plain)
     runs: dict[str, list[dict[str, Any]]] = {who: [] for who in tools}
     for i in range(repeat):
         for who in list(tools)[:: 1 if i % 2 == 0 else -1]:  # who goes first alternates
             with tempfile.TemporaryDirectory() as cache:  # an empty trace cache every run
-                cmd, cwd = tools[who]
-                runs[who].append(_timed(cmd, cwd, {**env, "TRAINREADY_CACHE_DIR": cache}))
+                cmd, cwd, extra = tools[who]
+                runs[who].append(_timed(cmd, cwd, {**env, **extra, "TRAINREADY_CACHE_DIR": cache}))
     row: dict[str, Any] = {}
     for who, rs in runs.items():
         ok = [r for r in rs if "error" not in r]
@@ -224,7 +234,8 @@ def _whole(
             row[who]["median_cpu_s"] = statistics.median(row[who]["cpu_s"])
         if len(ok) < len(rs):
             row[who]["error"] = next(r["error"] for r in rs if "error" in r)
-    for who, prefix in (("trainready", ""), ("baseline", "baseline_"), ("floor_numpy", "floor_")):
+    for who, prefix in (("trainready", ""), ("trainready_terminal", "terminal_"),
+                        ("baseline", "baseline_"), ("floor_numpy", "floor_")):  # fmt: skip
         rounds = zip(runs.get(who, []), runs["hta"], strict=False)
         pairs = [(o, h) for o, h in rounds if "error" not in o and "error" not in h]
         for unit in ("wall", "cpu"):
@@ -360,6 +371,7 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 f"{row['hta'].get('median_wall_s', nan):5.2f} s wall (medians); "
                 f"{row.get('speedup_wall', nan):5.1f}x by wall ({lo:.1f}-{hi:.1f}), "
                 f"{row.get('speedup_cpu', nan):5.1f}x by CPU"
+                f"; printing for a terminal {row.get('terminal_speedup_wall', nan):.1f}x by wall"
                 + (
                     f"; baseline {row['baseline_speedup_wall']:.1f}x by wall, "
                     f"{row['baseline_speedup_cpu']:.1f}x by CPU"

@@ -35,7 +35,8 @@ def test_plain_tables_are_aligned_and_set_off_by_blank_lines():
              "     7  ampere_sgemm_128x64_nn",
              "    20  nccl"]  # fmt: skip
     assert plain_lines(blocks) == ["trace.json rank 0", "", *table, "", *table, "", "launches: 3"]
-    assert plain_lines([_table()]) == table  # no blank line before the first block or after the last
+    # no blank line before the first block or after the last
+    assert plain_lines([_table()]) == table
 
 
 def test_a_table_without_rows_is_its_title_header_and_rule():

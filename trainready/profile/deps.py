@@ -232,12 +232,12 @@ def _walk(trace: Trace, nodes: np.ndarray, graph: Graph, best: np.ndarray) -> di
 
 
 # The wait before a node, named by its binding edge's type (Graph._TYPES' order).
-_WAIT_LABELS = tuple({"launch": "launch latency", "host": "host"}.get(t, "waiting") for t in Graph._TYPES)
+_WAIT_LABELS = tuple(
+    {"launch": "launch latency", "host": "host"}.get(t, "waiting") for t in Graph._TYPES
+)
 
 
-def _path_times(
-    trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray
-) -> dict[str, Any]:
+def _path_times(trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray) -> dict[str, Any]:
     """The critical path along `chain` (walked backwards, last node first): `t_hi`, the time
     from which a node is still on the path, is the running minimum of the end of the path so far
     and each predecessor's end; a node's own time is from the later of its start and its
