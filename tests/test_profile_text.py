@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,15 @@ def test_a_terminal_gets_rich_tables():
         os.close(leader)
     shown = out.decode("utf-8", "replace")
     assert "Idle time per stream" in shown and "┃" in shown and "━" in shown
+
+
+def test_the_traces_of_a_directory_are_a_blank_line_apart(tmp_path, capsys, monkeypatch):
+    for name in ("a.json.gz", "b.json.gz"):
+        shutil.copy(SMALL, tmp_path / name)
+    for name in TERMINAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRAINREADY_CACHE_DIR", "off")
+    text.run(tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.endswith("last profiler step left out")]
+    assert len(heads) == 2 and heads[0] == 0 and lines[heads[1] - 1] == ""

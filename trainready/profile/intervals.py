@@ -111,11 +111,14 @@ def enclosing(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarra
     cand = np.searchsorted(starts, at, side="right") - 1
     if cand.size == 0 or starts.size == 0:
         return np.full(at.size, -1, dtype=np.int64)
-    prev = previous_greater(ends)
+    prev = None  # built on the first step back: often none is needed (a time at an op's start)
     live = np.flatnonzero(cand >= 0)
     while live.size:
-        short = ends[cand[live]] < at[live]
-        live = live[short]
+        live = live[ends[cand[live]] < at[live]]  # the candidate ended before the time
+        if not live.size:
+            break
+        if prev is None:
+            prev = previous_greater(ends)
         cand[live] = prev[cand[live]]
         live = live[cand[live] >= 0]
     return cand

@@ -111,7 +111,9 @@ def run(
     if as_json:
         sys.stdout.write(json.dumps(summaries, indent=1) + "\n")
         return
-    for s in summaries:
+    for i, s in enumerate(summaries):
+        if i:  # the traces of a directory, one after another
+            sys.stdout.write("\n")
         print_summary(s)
 
 
