@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 import textwrap
@@ -240,18 +241,60 @@ def test_analyze_imports_neither_typers_parser_nor_the_runner():
     assert p.stderr.strip().splitlines()[-1] == "[]"
 
 
+ENTRY = "import sys; sys.argv[0] = 'trainready'; from trainready.entry import main; main()"
+
+
+def _entry_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without what tells rich it writes to a terminal, no trace cache."""
+    drop = ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**base, "TRAINREADY_CACHE_DIR": "off", **(env or {})}
+
+
 def _entry(
     argv: list[str], env: dict[str, str] | None = None, flags: list[str] | None = None
 ) -> subprocess.CompletedProcess:
     """`trainready ARGV` as the console script runs it (trainready.entry:main), in a fresh
     process; stdout is a pipe, as in `trainready analyze T > file`."""
-    code = "import sys; sys.argv[0] = 'trainready'; from trainready.entry import main; main()"
-    drop = ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")
-    base = {k: v for k, v in os.environ.items() if k not in drop}
-    base["TRAINREADY_CACHE_DIR"] = "off"
-    return subprocess.run([sys.executable, *(flags or []), "-c", code, *argv],
-                          capture_output=True, text=True, env={**base, **(env or {})},
+    return subprocess.run([sys.executable, *(flags or []), "-c", ENTRY, *argv],
+                          capture_output=True, text=True, env=_entry_env(env),
                           stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def test_a_pipe_gets_whole_lines():
+    """Piped (`trainready analyze T > file`): plain text, no line wrapped at 80 columns, no box
+    drawing (that rich is not even imported: the test below)."""
+    p = _entry(["analyze", str(SMALL)])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    launches = next(line for line in lines if line.startswith("launches: "))
+    assert len(launches) > 80 and launches.endswith("ran shorter than their launch call")
+    assert "Idle time per stream" in lines and not any(ch in p.stdout for ch in "┃━│┏")
+
+
+def test_a_terminal_gets_rich_tables():
+    """On a pseudo-terminal the same command draws rich's tables."""
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.Popen([sys.executable, "-c", ENTRY, "analyze", str(SMALL)],
+                             stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             env=_entry_env())  # fmt: skip
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        p.stderr.close()
+    finally:
+        os.close(leader)
+    shown = out.decode("utf-8", "replace")
+    assert "Idle time per stream" in shown and "┃" in shown and "━" in shown
 
 
 def test_the_console_entry_analyzes_without_the_cli():

@@ -235,6 +235,9 @@ def _walk(trace: Trace, nodes: np.ndarray, graph: Graph, best: np.ndarray) -> di
 _WAIT_LABELS = tuple(
     {"launch": "launch latency", "host": "host"}.get(t, "waiting") for t in Graph._TYPES
 )
+# What a path's time is summed under, by index: a node's category + 1 (host is -1), then the
+# wait before it at 1 + len(KERNEL_TYPES) + its binding edge's type.
+_LABELS = ("host", *A.KERNEL_TYPES, *_WAIT_LABELS)
 
 
 def _path_times(trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray) -> dict[str, Any]:
@@ -251,7 +254,6 @@ def _path_times(trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray)
     own[-1] -= start[-1]
     wait = np.minimum(t_hi[:-1], start[:-1]) - prev_end
     codes = graph.category[chain].astype(np.int64)  # -1: host, else a kernel type
-    labels = ["host", *A.KERNEL_TYPES, *_WAIT_LABELS]
     wait_label = graph.type[best[chain[:-1]]].astype(np.int64) + 1 + len(A.KERNEL_TYPES)
     # the walk's order: node 0's own time, its wait, node 1's own time, ...
     amount = np.empty(2 * chain.size - 1, dtype=np.int64)
@@ -263,7 +265,7 @@ def _path_times(trace: Trace, graph: Graph, best: np.ndarray, chain: np.ndarray)
     by_cat: dict[str, int] = {}
     firsts = np.unique(label, return_index=True)[1]
     for i in np.sort(firsts):
-        name = labels[int(label[i])]
+        name = _LABELS[int(label[i])]
         by_cat[name] = by_cat.get(name, 0) + int(amount[label == label[i]].sum())
     length = int(trace.end[chain[0]]) - min(int(t_hi[-1]), int(start[-1]))
     return {
