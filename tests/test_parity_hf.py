@@ -79,6 +79,13 @@ def test_traits_read_from_real_configs(model_type, expected):
     assert {k: traits[k] for k in expected} == expected
 
 
+def test_traits_a_config_does_not_state_are_unknown():
+    from transformers import PretrainedConfig
+
+    traits = hf.traits(PretrainedConfig())  # no activation, no norm epsilon
+    assert traits["mlp"] == traits["norm"] == "unknown"
+
+
 @pytest.mark.slow
 def test_a_tiny_model_builds_and_trains_a_step():
     model = hf.build("qwen3_moe")

@@ -814,8 +814,8 @@ def _norm(c: Any) -> str:
 
 
 def _mlp(c: Any) -> str:
-    act = str(_get(c, "hidden_act", "activation_function", "hidden_activation", default="?"))
-    return act
+    """The MLP's activation as the config names it; "unknown" (as `_norm` says) without one."""
+    return str(_get(c, "hidden_act", "activation_function", "hidden_activation", default="unknown"))
 
 
 def traits(config: Any) -> dict[str, str]:
