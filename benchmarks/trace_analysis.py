@@ -2,7 +2,7 @@
 
     python -m benchmarks.trace_analysis [--traces DIR] [--events 1000000] [--repeat 3] [--no-hta]
                                         [--whole-repeat 7] [--baseline DIR] [--whole-only]
-                                        [--json OUT]
+                                        [--ranks 4] [--only SUBSTR] [--json OUT]
 
 Not a test (machines are noisy). Every measurement runs in a fresh child process, so peak memory is
 that process's own peak RSS (ru_maxrss; HTA's parser workers are separate processes, so its peak
@@ -43,7 +43,11 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   `floor_speedup_*` is the median of HTA / the numpy floor: the best ratio any `analyze` could
   reach on that trace on that machine (under 10: 10x HTA is out of reach there), and
   `above_floor_*` our median time over the numpy floor (what trainready itself costs).
-  `--only SUBSTR` (repeatable) keeps the traces whose name contains one of them.
+  `--only SUBSTR` (repeatable) keeps the traces whose name contains one of them. `--ranks N`
+  (default 4) adds a directory of N copies of the first trace, each file's distributedInfo
+  saying its rank (`ranked_copies`), as a multi-rank job writes them: `analyze DIR` against
+  HTA's `TraceAnalysis(trace_dir=DIR)`, which parses the ranks in a process pool (and, as above,
+  its five analyses with their default ranks; `analyze` summarises every rank).
   All run with Python's bytecode cache on, in a private `PYTHONPYCACHEPREFIX` filled by one
   unmeasured round (an installed package has its `.pyc` files; a `PYTHONDONTWRITEBYTECODE`
   environment would otherwise recompile trainready's modules in every run while HTA's came
@@ -124,10 +128,14 @@ import json, logging, os, resource, sys, tempfile, time
 logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
 w1, c1 = time.perf_counter(), cpu()
-tmp = tempfile.mkdtemp()
-link = os.path.join(tmp, "rank0.json.gz")
-os.symlink(os.path.abspath(sys.argv[1]), link)
-ta = TraceAnalysis(trace_files={0: link}, trace_dir=tmp)
+path = os.path.abspath(sys.argv[1])
+if os.path.isdir(path):  # a multi-rank job's traces: HTA reads each file's rank
+    ta = TraceAnalysis(trace_dir=path)
+else:
+    tmp = tempfile.mkdtemp()
+    link = os.path.join(tmp, "rank0.json.gz")
+    os.symlink(path, link)
+    ta = TraceAnalysis(trace_files={0: link}, trace_dir=tmp)
 w2, c2 = time.perf_counter(), cpu()
 for fn in (lambda: ta.get_temporal_breakdown(visualize=False),
            lambda: ta.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True),
@@ -348,25 +356,43 @@ def machine() -> dict[str, Any]:
             "load_average": os.getloadavg()}  # fmt: skip
 
 
+def ranked_copies(path: Path, ranks: int, out: Path) -> Path:
+    """`ranks` copies of the trace at `path` in the directory `out`, as a multi-rank job writes
+    them: `rank{i}.json.gz`, its distributedInfo saying rank i of `ranks`."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    out.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        info = {**doc.get("distributedInfo", {}), "rank": rank, "world_size": ranks}
+        with gzip.open(out / f"rank{rank}.json.gz", "wt", compresslevel=6) as f:
+            json.dump({**doc, "distributedInfo": info}, f)
+    return out
+
+
 def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """Fill results["whole_process"]: per trace, `_whole` pairs, bytecode cached for both."""
+    """Fill results["whole_process"]: per trace, `_whole` pairs, bytecode cached for both; and
+    the same for a directory of `--ranks` copies of the first trace (`ranked_copies`)."""
     results["whole_process"] = {}
     with tempfile.TemporaryDirectory() as prefix:
         env = _bytecode_env(prefix)
         paths = [args.traces / n for n in BIG if (args.traces / n).is_file()]
         if args.only:
             paths = [p for p in paths if any(o in p.name for o in args.only)]
+        names = [p.name for p in paths]
+        if paths and args.ranks > 1:
+            paths.append(ranked_copies(paths[0], args.ranks, Path(prefix) / "ranks"))
+            names.append(f"{args.ranks} ranks of {paths[0].name}")
         if paths:
             _whole(paths[-1], 1, env, args.baseline)  # unmeasured: writes every tool's bytecode
-        for path in paths:
+        for path, name in zip(paths, names, strict=True):
             row = _whole(path, args.whole_repeat, env, args.baseline)
-            results["whole_process"][path.name] = row
+            results["whole_process"][name] = row
             nan = float("nan")
             lo, hi = row.get("speedup_wall_range", [nan, nan])
             floor = {k: row[k].get("median_wall_s", nan) for k in FLOORS}
             reach = row.get("floor_speedup_wall", nan)
             print(
-                f"{path.name[:40]:40s} whole process: trainready analyze "
+                f"{name[:40]:40s} whole process: trainready analyze "
                 f"{row['trainready'].get('median_wall_s', nan):5.2f} s, HTA "
                 f"{row['hta'].get('median_wall_s', nan):5.2f} s wall (medians); "
                 f"{row.get('speedup_wall', nan):5.1f}x by wall ({lo:.1f}-{hi:.1f}), "
@@ -411,6 +437,13 @@ def main() -> None:
         "--whole-only",
         action="store_true",
         help="only the whole-process comparison (no in-process runs, no 1M events)",
+    )
+    ap.add_argument(
+        "--ranks",
+        type=int,
+        default=4,
+        help="whole processes also on a directory of this many per-rank copies of the first "
+        "trace (a multi-rank job's traces; 0 or 1: none)",
     )
     ap.add_argument(
         "--only",

@@ -101,13 +101,11 @@ def run(
     """Load the trace(s) at `trace` (through the parsed-column cache), analyse, print."""
     if "numpy" not in sys.modules:  # OpenBLAS starts a thread per core when numpy loads; no
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # analysis multiplies matrices
-    from trainready.profile.analysis import summary
-    from trainready.profile.cache import load_cached
-    from trainready.profile.trace import load
+    from trainready.profile.per_rank import summaries as summaries_of
 
     peak = None if peak_tflops is None else peak_tflops * 1e12
-    traces = load(trace, loader=load_cached)  # a second analyze reads the parsed columns
-    summaries = [summary(t, trim_last_step=not all_steps, peak_flops=peak) for t in traces]
+    # a directory's ranks side by side; a second analyze reads the cache's parsed columns
+    summaries = summaries_of(trace, trim_last_step=not all_steps, peak_flops=peak)
     if as_json:
         sys.stdout.write(json.dumps(summaries, indent=1) + "\n")
         return

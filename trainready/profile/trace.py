@@ -759,8 +759,12 @@ def load(
     """Load a trace file or a directory of per-rank traces; sorted by rank (unique ranks).
     `loader` reads one file (default `load_trace`; `cache.load_cached` reuses parsed columns)."""
     traces = [(loader or load_trace)(p, **limits) for p in trace_files(path)]
-    ranks = [t.rank for t in traces]
-    if len(set(ranks)) != len(ranks):  # files without distributedInfo: number them in order
-        for i, t in enumerate(traces):
-            t.rank = i
+    for t, rank in zip(traces, settled_ranks([t.rank for t in traces]), strict=True):
+        t.rank = rank
     return sorted(traces, key=lambda t: t.rank)
+
+
+def settled_ranks(ranks: list[int]) -> list[int]:
+    """The ranks of traces loaded in file order: their own, or 0, 1, ... in that order when two
+    share one (files without distributedInfo all say 0)."""
+    return list(ranks) if len(set(ranks)) == len(ranks) else list(range(len(ranks)))
