@@ -52,6 +52,8 @@ real = per_rank._summary
 
 
 def recorded(*args):  # pickled by name (__main__.recorded): the forked child has it
+    if sys.argv[4] == args[0].name:
+        os._exit(9)  # that file's process dies
     return {**real(*args), "pid": os.getpid()}
 
 
@@ -64,11 +66,15 @@ print(json.dumps({"summaries": pids, "self": os.getpid()}))
 """
 
 
+def _run(path, workers="all", thread="no", die=""):
+    cmd = [sys.executable, "-c", _PIDS, str(path), str(workers), thread, die]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
 def _pids(path, workers="all", thread="no"):
     """Which processes summarised the files at `path`: "here" (all in the process called),
     "children" (none there), or "mixed"."""
-    cmd = [sys.executable, "-c", _PIDS, str(path), str(workers), thread]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = _run(path, workers, thread)
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
     here = {pid == got["self"] for pid in got["summaries"]}
@@ -116,6 +122,17 @@ def test_several_files_are_summarised_in_children_unless_a_thread_runs(tmp_path)
     ranks = _ranked(tmp_path, [0, 1, 2, 3])
     assert _pids(ranks) == "children"
     assert _pids(ranks, thread="yes") == "here"
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: the files are summarised in turn")
+def test_a_child_that_dies_is_a_trace_error_naming_the_directory(tmp_path):
+    """The pool breaks for every file not yet done, so which one's process died is unknown."""
+    p = _run(_ranked(tmp_path, [0, 1, 2]), die="b.json")
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"trainready.profile.trace.TraceError: {tmp_path}: a process summarising its traces "
+        "died (killed, or out of memory); analyze the files one at a time to find which"
+    )
 
 
 def test_one_file_or_one_worker_stays_in_this_process(tmp_path):

@@ -9,7 +9,7 @@ outlives its summary, so memory holds one trace per process rather than every ra
 Ranks are settled as `trace.load` settles them (`trace.settled_ranks`): each file's
 distributedInfo rank, or the files numbered in name order when those repeat; the summaries come
 sorted by rank. A file that is not a trace raises its TraceError, the first in name order, as a
-sequential load would. Why: HolisticTraceAnalysis parses a directory's ranks in a process pool,
+sequential load would; a child that dies is a TraceError naming the directory. Why: HolisticTraceAnalysis parses a directory's ranks in a process pool,
 so on a multi-rank directory a sequential `analyze` gave up what it gains on one file.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from trainready.profile.analysis import summary
 from trainready.profile.cache import load_cached
-from trainready.profile.trace import settled_ranks, trace_files
+from trainready.profile.trace import TraceError, settled_ranks, trace_files
 
 
 def summaries(
@@ -39,12 +39,19 @@ def summaries(
     if n > 1 and _can_fork():
         import multiprocessing  # (here: one file never pays for importing the pool)
         from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
         # fork: the child has numpy and trainready loaded already (spawn would import them anew)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
             futures = [pool.submit(_summary, *a) for a in args]
-            out = [f.result() for f in futures]  # the first failure in name order raises
+            try:  # the first failure in name order raises
+                out = [future.result() for future in futures]
+            except BrokenProcessPool:  # every unfinished file fails with it: which died is unknown
+                raise TraceError(
+                    f"{path}: a process summarising its traces died (killed, or out of memory); "
+                    "analyze the files one at a time to find which"
+                ) from None
     else:
         out = [_summary(*a) for a in args]
     for s, rank in zip(out, settled_ranks([s["rank"] for s in out]), strict=True):
