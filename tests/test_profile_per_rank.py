@@ -77,8 +77,8 @@ def _pids(path, workers="all", thread="no"):
     p = _run(path, workers, thread)
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    here = {pid == got["self"] for pid in got["summaries"]}
-    return {frozenset({True}): "here", frozenset({False}): "children"}.get(frozenset(here), "mixed")
+    here = [pid == got["self"] for pid in got["summaries"]]
+    return "here" if all(here) else "children" if not any(here) else "mixed"
 
 
 def _ranked(tmp_path, ranks):

@@ -9,8 +9,9 @@ outlives its summary, so memory holds one trace per process rather than every ra
 Ranks are settled as `trace.load` settles them (`trace.settled_ranks`): each file's
 distributedInfo rank, or the files numbered in name order when those repeat; the summaries come
 sorted by rank. A file that is not a trace raises its TraceError, the first in name order, as a
-sequential load would; a child that dies is a TraceError naming the directory. Why: HolisticTraceAnalysis parses a directory's ranks in a process pool,
-so on a multi-rank directory a sequential `analyze` gave up what it gains on one file.
+sequential load would; a child that dies is a TraceError naming the directory. Why:
+HolisticTraceAnalysis parses a directory's ranks in a process pool, so on a multi-rank directory
+a sequential `analyze` gave up what it gains on one file.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -753,12 +753,11 @@ def trace_files(path: str | Path) -> list[Path]:
     return [path]
 
 
-def load(
-    path: str | Path, loader: Callable[..., Trace] | None = None, **limits: Any
-) -> list[Trace]:
-    """Load a trace file or a directory of per-rank traces; sorted by rank (unique ranks).
-    `loader` reads one file (default `load_trace`; `cache.load_cached` reuses parsed columns)."""
-    traces = [(loader or load_trace)(p, **limits) for p in trace_files(path)]
+def load(path: str | Path, **limits: Any) -> list[Trace]:
+    """Load a trace file or a directory of per-rank traces (`load_trace` each, in this process);
+    sorted by rank (unique ranks). `analyze` summarises a directory's files side by side
+    instead (`per_rank.summaries`)."""
+    traces = [load_trace(p, **limits) for p in trace_files(path)]
     for t, rank in zip(traces, settled_ranks([t.rank for t in traces]), strict=True):
         t.rank = rank
     return sorted(traces, key=lambda t: t.rank)
