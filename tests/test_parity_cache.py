@@ -14,6 +14,7 @@ import torch
 from trainready.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
+from trainready.probes.compile import FIRST_COMPILE_KEY
 from trainready.suites import parity, parity_cache
 from trainready.suites.parity_engine import Trace
 
@@ -34,13 +35,13 @@ def _run(case, run_dir: Path | None):
 
 
 def _judged(value):
-    """A result's diagnostics or metrics less what is timed (keys ending in _s), and less the
-    note of which runs were shared."""
+    """A result's diagnostics or metrics less what is timed (keys ending in _s, and whether the
+    compile was its process's first), and less the note of which runs were shared."""
     if isinstance(value, dict):
         return {
             k: _judged(v)
             for k, v in value.items()
-            if not str(k).endswith("_s") and k != "shared_runs"
+            if not str(k).endswith("_s") and k not in ("shared_runs", FIRST_COMPILE_KEY)
         }
     if isinstance(value, list):
         return [_judged(v) for v in value]

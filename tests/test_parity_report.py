@@ -37,7 +37,13 @@ def _store() -> tuple[Store, str]:
     results = [
         _result("mixtral", "eager", "pass", MOE),
         _result(
-            "mixtral", "compile", "pass", MOE, compile_s=40.0, compile={"break_reasons": {BREAK: 2}}
+            "mixtral",
+            "compile",
+            "pass",
+            MOE,
+            compile_s=40.0,
+            compile={"break_reasons": {BREAK: 2}},
+            first_compile_in_process=True,
         ),  # fmt: skip
         _result(
             "qwen3_moe",
@@ -94,6 +100,20 @@ def test_markdown_has_every_part_and_every_case():
         "x.grad rmse ratio 7.3",
     ):
         assert text in md, text
+
+
+def test_slowest_compiles_say_which_compile_paid_the_compilers_start_up():
+    store, rid = _store()
+    results = build_report(store, [rid]).primary.in_suite("parity")
+    table = section._slowest_compiles(results, "")
+    assert table.columns[-1].name == "note"
+    notes = {str(row[0]): row[-1] for row in table.rows}
+    [mixtral] = [model for model in notes if "mixtral" in model]
+    assert (
+        notes[mixtral] == "its process's first compile: includes the compiler's one-time start-up"
+    )
+    # deepseek_v3 failed to compile and kept no compile time: it is not among the rows
+    assert len(notes) == 1
 
 
 def test_headlines_pass_rates_numerics_breaks_and_fallbacks():

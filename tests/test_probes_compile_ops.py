@@ -4,13 +4,21 @@ from pathlib import Path
 
 import torch
 
+from trainready.core.case import Case, Result
 from trainready.device import (
     fallback_watch,
     parse_fallback_warnings,
     xla_fallback_counts,
 )
-from trainready.probes.compile import CompileProbe, parse_graph_break, parse_recompile
+from trainready.probes.compile import (
+    FIRST_COMPILE_KEY,
+    CompileProbe,
+    first_compile_in_process,
+    parse_graph_break,
+    parse_recompile,
+)
 from trainready.probes.ops import OpsProbe
+from trainready.report.model import compile_note
 
 DATA = Path(__file__).parent / "data" / "parity"
 
@@ -134,3 +142,20 @@ def test_fallback_watch_on_cpu_reports_nothing_to_fall_back_from():
     with fallback_watch("cpu") as w:
         torch.randn(2).sum()
     assert w.ops == {} and "CPU" in w.source
+
+
+def test_only_a_processs_first_compile_per_device_type_and_backend_is_first():
+    # Backends no other test compiles with, so the answer does not depend on test order.
+    assert first_compile_in_process("cpu", "probe-test-a") is True
+    assert first_compile_in_process("cpu", "probe-test-a") is False
+    assert first_compile_in_process("cpu:0", "probe-test-a") is False  # same device type
+    assert first_compile_in_process("emu:0", "probe-test-a") is True
+    assert first_compile_in_process("cpu", "probe-test-b") is True
+
+
+def test_the_reports_note_names_only_a_first_compile():
+    case = Case("parity", "synthetic/base/compile/fp32", {})
+    first = Result(case, "pass", diagnostics={FIRST_COMPILE_KEY: True})
+    later = Result(case, "pass", diagnostics={FIRST_COMPILE_KEY: False})
+    assert "one-time start-up" in compile_note(first)
+    assert compile_note(later) == compile_note(Result(case, "pass")) == compile_note(None) == ""

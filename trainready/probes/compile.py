@@ -213,6 +213,27 @@ class CompileProbe:
         r.recompiles = len(r.recompile_reasons)
 
 
+# What a case's diagnostics say when its compile was the first of its process for the device type
+# and backend (`first_compile_in_process`); the reports read it by this key.
+FIRST_COMPILE_KEY = "first_compile_in_process"
+_COMPILED_IN_PROCESS: set[tuple[str, str]] = set()
+
+
+def first_compile_in_process(device: str, backend: str) -> bool:
+    """True the first time this process asks for (device type, backend), False every time after.
+
+    The first compile of a process pays the compiler's one-time start-up beside the model's own
+    work: importing inductor, starting its compile workers, and on the CPU probing the vector ISA
+    (and, on a fresh machine, building the precompiled C++ header): 5-10 s on a 2-core CPU, as
+    much as a whole small model's compile. A per-case compile time is the model's only once this
+    is False; the reports say so next to the cases where it was True.
+    """
+    key = (device.partition(":")[0], backend)
+    first = key not in _COMPILED_IN_PROCESS
+    _COMPILED_IN_PROCESS.add(key)
+    return first
+
+
 def backend_unsupported(backend: str | None, device: str) -> str | None:
     """Why `torch.compile(backend=...)` cannot generate code for `device`, where that is known
     before trying, else None. Inductor needs a code generator registered for the device type

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainready.config import ConfigError
 from trainready.core.case import FAILING, STATUSES, Case, Result
 from trainready.core.store import RunRecord, Store
+from trainready.probes.compile import FIRST_COMPILE_KEY
 
 if TYPE_CHECKING:
     from trainready.report.verdict import Rules
@@ -46,6 +47,14 @@ def redacted(value: Any) -> Any:
         k: REDACTED if any(m in str(k).upper() for m in SECRET_MARKERS) else redacted(v)
         for k, v in value.items()
     }
+
+
+def compile_note(result: Result | None) -> str:
+    """What a reader must know next to a case's compile time: "" unless the compile was its
+    process's first, whose time includes the compiler's one-time start-up (not the model's)."""
+    if result is not None and result.diagnostics.get(FIRST_COMPILE_KEY):
+        return "its process's first compile: includes the compiler's one-time start-up"
+    return ""
 
 
 def reason(result: Result) -> str:

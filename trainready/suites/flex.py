@@ -33,7 +33,8 @@ Phases (a timeout names one): `setup` (the backend's refusal, inputs, block mask
 first call, compile included, timed as `compile_s`; dynamo is reset before it, so every case
 compiles its own kernel), `run` (timed repeats), `check` (numerics). `diagnostics.inductor_cache`
 counts the compile's hits and misses in inductor's on-disk cache: a hit makes `compile_s` a
-warm-cache time.
+warm-cache time; `diagnostics.first_compile_in_process` marks the case whose compile was its
+process's first, so its `compile_s` includes the compiler's one-time start-up (the reports say so).
 
 Verdicts:
 - `unsupported`: the backend refuses the pass, with PyTorch's own message. Before compiling, a
@@ -82,6 +83,7 @@ from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, synchronize, torch_dtype
+from trainready.probes.compile import FIRST_COMPILE_KEY, first_compile_in_process
 from trainready.probes.flops import attention_backward_flops, attention_flops
 from trainready.probes.numerics import judge_many, noise_rmse
 from trainready.probes.timing import TimingStats, benchmark
@@ -569,6 +571,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
     step = step_fn(pass_, compiled, x, mods, bm)
     # set_phase, not `with ctx.phase`: a case that ends in a phase must be recorded in it.
     cache_before = _inductor_cache()
+    first_compile = first_compile_in_process(ctx.device, "inductor")
     ctx.set_phase("compile")
     try:
         got, compile_s = first_call(step, ctx.device)
@@ -598,6 +601,8 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "clock": stats.clock,
         # Hits in inductor's on-disk cache make compile_s a warm-cache time: say which it was.
         "inductor_cache": cache,
+        # The process's first compile: compile_s includes the compiler's one-time start-up.
+        FIRST_COMPILE_KEY: first_compile,
         "worst": worst,
         "numerics": verdicts,
         "baseline": f"dense math rounded as PyTorch's flex math path does for {dtype}, CPU eager",

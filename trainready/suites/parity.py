@@ -32,7 +32,8 @@ partition, aot_eager, eager: `parity_bisect.py`), which places the fault in the 
 Also per case: eager runs the first step under the ops probe, records its aten ops, host
 round-trips and CPU fallbacks (`probes/ops.py`), and reports any difference from the training
 run's own first step (non-determinism); compile records graph breaks, recompiles, frames left to
-eager and compile time (`probes/compile.py`).
+eager and compile time (`probes/compile.py`), and whether the compile was its process's first
+(`first_compile_in_process`: then its compile time includes the compiler's one-time start-up).
 
 Shared CPU runs: the cases of one model in a stored run (eager and compiled, fp32 and bf16) need
 the same float64 reference and the same plain CPU run at a dtype (the compiled case's baseline,
@@ -87,7 +88,12 @@ from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom
 from trainready.models.families import MODALITIES
 from trainready.probes import ties
-from trainready.probes.compile import CompileProbe, backend_unsupported
+from trainready.probes.compile import (
+    FIRST_COMPILE_KEY,
+    CompileProbe,
+    backend_unsupported,
+    first_compile_in_process,
+)
 from trainready.probes.ops import OpsProbe, OpsReport
 from trainready.probes.routing import Routing
 from trainready.suites import parity_baseline, parity_bisect
@@ -280,6 +286,7 @@ def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: O
         raise Unsupported(why)
     torch._dynamo.reset()
     probe = CompileProbe()
+    out.diagnostics[FIRST_COMPILE_KEY] = first_compile_in_process(spec.device, spec.compile_backend)
     try:
         with probe, ctx.phase("compile"):
             dev = train(subject.model, data, spec, on_first_step=lambda: ctx.set_phase("train"))

@@ -17,7 +17,7 @@ from html import escape
 from trainready.core.case import Case, Result
 from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
-from trainready.report.model import NOT_RUN, Report, RunView, finite, reason
+from trainready.report.model import NOT_RUN, Report, RunView, compile_note, finite, reason
 
 SUITE = "flex"
 KEY_METRICS = ("compile_s", "run_ms", "tflops", "tflops_dense")
@@ -178,6 +178,7 @@ def speed_table(report: Report) -> Table:
         num("TFLOP/s (dense-equiv.)"),
         num("kept blocks %", lambda v: f"{v * 100:.0f}"),
         STATUS,
+        Column("note"),
     ]
     rows = []
     for run in report.runs:
@@ -198,6 +199,7 @@ def speed_table(report: Report) -> Table:
                     m.get("tflops_dense"),
                     m.get("block_share"),
                     e.status,
+                    compile_note(e.result),
                 ]
             )
     dtypes = sorted(

@@ -17,7 +17,7 @@ from trainready.models.families import MODALITIES
 from trainready.report import fmt
 from trainready.report.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
 from trainready.report.charts import PALETTE, Axis, Panel, Point, Series, small_multiples
-from trainready.report.model import Report, RunView, finite, reason
+from trainready.report.model import Report, RunView, compile_note, finite, reason
 from trainready.report.sections import host
 
 SUITE = "parity"
@@ -291,6 +291,7 @@ def _slowest_compiles(results: list[Result], prefix: str) -> Table:
             r.metrics.get("graph_breaks"),
             r.metrics.get("recompiles"),
             r.status,
+            compile_note(r),
         ]
         for r in compiled[:TOP]
     ]
@@ -303,6 +304,7 @@ def _slowest_compiles(results: list[Result], prefix: str) -> Table:
         num("graph breaks"),
         num("recompiles"),
         STATUS,
+        Column("note"),
     ]
     return Table(columns, rows, f"{prefix}Slowest compiles (first step minus a steady step)")
 
