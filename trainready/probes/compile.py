@@ -224,9 +224,9 @@ def first_compile_in_process(device: str, backend: str) -> bool:
 
     The first compile of a process pays the compiler's one-time start-up beside the model's own
     work: importing inductor, starting its compile workers, and on the CPU probing the vector ISA
-    (and, on a fresh machine, building the precompiled C++ header): 5-10 s on a 2-core CPU, as
-    much as a whole small model's compile. A per-case compile time is the model's only once this
-    is False; the reports say so next to the cases where it was True.
+    (and, on a fresh machine, building the precompiled C++ header): 7-12 s in the 2-core CPU main
+    job, as much as a small model's whole compile. A per-case compile time is the model's alone
+    only where this was False; the reports say so next to the cases where it was True.
     """
     key = (device.partition(":")[0], backend)
     first = key not in _COMPILED_IN_PROCESS
