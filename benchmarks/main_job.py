@@ -16,7 +16,10 @@ result (when the progress bar first moves), and per suite the wall span (first c
 case end) with the cases' summed durations and status counts; and where the time went, read from
 the run's store (`where_time_goes`): parity's cases by mode with the compiled ones' compile time,
 flex's compiles, each train process's whole life against its first step and compile, and when
-the first case started. The target (issue #15) is a cold run
+the first case started; and how busy the machine's cores were in each suite's span
+(`cores_busy`, from /proc/stat sampled every half second: the whole machine's, so run it on an
+otherwise idle host; "unknown" where there is no /proc/stat): the core-seconds a suite left idle
+are what scheduling could still use. The target (issue #15) is a cold run
 within 300 s on 2 cores with the first result within 15 s; the ratios are of one run against the
 other on the same machine, minutes apart.
 """
@@ -32,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -58,6 +62,8 @@ def _suite_times(db: Path) -> tuple[dict[str, dict], float]:
         s: {
             "wall_s": round(end - start, 1),
             "case_s_summed": round(summed, 1),
+            "start": start,  # epoch; run_once keeps them apart, for cores_busy
+            "end": end,
             "cases": sum(counts[s].values()),
             "statuses": dict(counts[s]),
         }
@@ -119,17 +125,93 @@ def where_time_goes(db: Path, t0: float) -> dict[str, Any]:
     }
 
 
+class CpuSampler:
+    """The machine's busy CPU time (every core, /proc/stat's non-idle jiffies) sampled every
+    `interval_s` in a thread while a run goes on: `busy_between(a, b)` is the core-seconds spent
+    between two epoch times, interpolated between samples. None where /proc/stat is missing."""
+
+    STAT = Path("/proc/stat")
+
+    def __init__(self, interval_s: float = 0.5):
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _busy_s(self) -> float:
+        fields = self.STAT.read_text().split("\n", 1)[0].split()[1:]
+        jiffies = [int(f) for f in fields]
+        idle = jiffies[3] + (jiffies[4] if len(jiffies) > 4 else 0)  # idle + iowait
+        # user..steal (guest time is already in user and nice); steal counts as busy: a core the
+        # hypervisor gave away is no capacity a schedule could have used
+        return (sum(jiffies[:8]) - idle) / self._tick
+
+    def _loop(self) -> None:
+        while True:
+            self.samples.append((time.time(), self._busy_s()))
+            if self._stop.wait(self.interval_s):
+                self.samples.append((time.time(), self._busy_s()))
+                return
+
+    def __enter__(self) -> CpuSampler | None:
+        if not self.STAT.is_file():
+            return None
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+
+    def busy_between(self, start: float, end: float) -> float:
+        return _at(self.samples, end) - _at(self.samples, start)
+
+
+def _at(samples: list[tuple[float, float]], t: float) -> float:
+    """The busy seconds counter at time t, linear between the samples around it."""
+    before = max((s for s in samples if s[0] <= t), default=samples[0])
+    after = min((s for s in samples if s[0] >= t), default=samples[-1])
+    if after[0] == before[0]:
+        return before[1]
+    return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
+
+
+def cores_busy(
+    sampler: CpuSampler | None, spans: dict[str, tuple[float, float]], cpus: int
+) -> dict[str, Any]:
+    """Per suite span (epoch start, end): the average number of busy cores and the core-seconds
+    left idle; "unknown" without a sampler."""
+    if sampler is None or len(sampler.samples) < 2:
+        return {s: "unknown" for s in spans}
+    out = {}
+    for suite, (start, end) in spans.items():
+        wall = end - start
+        busy = sampler.busy_between(start, end)
+        out[suite] = {
+            "cores_busy_avg": round(busy / wall, 2) if wall > 0 else None,
+            "idle_core_s": round(max(0.0, cpus * wall - busy), 1),
+        }
+    return out
+
+
 def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"mainjob-{label}-"))
     env = {**os.environ, **compile_cache_env("cpu", cache_dir)}
     cmd = [sys.executable, "-m", "trainready", *COMMAND, "--out", str(out), *extra]
     print(f"[{label}] {shlex.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.time()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with CpuSampler() as sampler:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.time() - t0
     if proc.returncode not in (0, 1):  # 1: some case did not pass, still a measured run
         sys.exit(f"[{label}] exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
     suites, first_end = _suite_times(out / "trainready.db")
+    spans = {s: (v["start"], v["end"]) for s, v in suites.items()}
+    spans["whole job"] = (t0, t0 + wall)
+    for s in suites.values():
+        del s["start"], s["end"]
     statuses = Counter()
     for s in suites.values():
         statuses.update(s["statuses"])
@@ -140,6 +222,7 @@ def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
         "statuses": dict(statuses),
         "suites": suites,
         "where_time_goes": where_time_goes(out / "trainready.db", t0),
+        "cores_busy": cores_busy(sampler, spans, os.cpu_count() or 1),
         "exit_code": proc.returncode,
     }
 

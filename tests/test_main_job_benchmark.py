@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
-from benchmarks.main_job import where_time_goes
+import pytest
+
+from benchmarks.main_job import CpuSampler, cores_busy, where_time_goes
 
 
 def _store(path, rows):
@@ -42,3 +45,40 @@ def test_where_time_goes_splits_compile_from_the_rest(tmp_path):
     assert out["train_processes"] == [
         {"process": "compiled cold", "process_s": 6.0, "first_step_s": 2.5, "compile_s": 2.2}
     ]
+
+
+class _Samples:
+    """A CpuSampler's samples without its thread: (epoch, busy core-seconds so far)."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def busy_between(self, start, end):
+        return CpuSampler.busy_between(self, start, end)
+
+
+def test_cores_busy_per_span_from_the_busy_counter_interpolated():
+    # 2 cores; busy counter: both cores busy from 0 to 10 s, one core from 10 to 20 s
+    sampler = _Samples([(0.0, 0.0), (10.0, 20.0), (20.0, 30.0)])
+    out = cores_busy(sampler, {"parity": (0.0, 10.0), "train": (10.0, 20.0), "x": (5.0, 15.0)}, 2)
+    assert out["parity"] == {"cores_busy_avg": 2.0, "idle_core_s": 0.0}
+    assert out["train"] == {"cores_busy_avg": 1.0, "idle_core_s": 10.0}
+    assert out["x"] == {"cores_busy_avg": 1.5, "idle_core_s": 5.0}  # 10 + 5 busy core-s
+
+
+def test_cores_busy_is_unknown_without_samples():
+    assert cores_busy(None, {"parity": (0.0, 1.0)}, 2) == {"parity": "unknown"}
+
+
+def test_the_sampler_reads_this_machines_busy_time_while_work_runs():
+    if not CpuSampler.STAT.is_file():
+        pytest.skip("no /proc/stat here: cores_busy says unknown (tested above)")
+    with CpuSampler(interval_s=0.05) as sampler:
+        t0 = time.time()
+        end = time.process_time() + 0.3
+        while time.process_time() < end:  # keep one core busy
+            pass
+        t1 = time.time()
+    assert len(sampler.samples) >= 3
+    busy = sampler.busy_between(t0, t1)
+    assert busy >= 0.5 * (t1 - t0)  # at least most of the core this loop kept busy
