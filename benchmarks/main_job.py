@@ -46,8 +46,9 @@ from trainready.device import compile_cache_env
 COMMAND = ["run", "all", "--device", "cpu", "--preset", "quick"]
 
 
-def _suite_times(db: Path) -> tuple[dict[str, dict], float]:
-    """Per suite: wall span, summed case time, counts; and the first result's end (epoch)."""
+def _suite_times(db: Path) -> tuple[dict[str, dict], float, dict[str, tuple[float, float]]]:
+    """Per suite: wall span, summed case time, counts; the first result's end (epoch); and each
+    suite's span as (epoch start, end)."""
     con = sqlite3.connect(db)
     rows = list(con.execute("select suite, status, started_at, duration_s from results"))
     con.close()
@@ -62,14 +63,12 @@ def _suite_times(db: Path) -> tuple[dict[str, dict], float]:
         s: {
             "wall_s": round(end - start, 1),
             "case_s_summed": round(summed, 1),
-            "start": start,  # epoch; run_once keeps them apart, for cores_busy
-            "end": end,
             "cases": sum(counts[s].values()),
             "statuses": dict(counts[s]),
         }
         for s, (start, end, summed) in spans.items()
     }
-    return out, first
+    return out, first, {s: (start, end) for s, (start, end, _) in spans.items()}
 
 
 def _add(into: dict[str, float], key: str, value: float | None) -> None:
@@ -207,11 +206,8 @@ def run_once(label: str, cache_dir: Path, extra: list[str]) -> dict:
     wall = time.time() - t0
     if proc.returncode not in (0, 1):  # 1: some case did not pass, still a measured run
         sys.exit(f"[{label}] exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
-    suites, first_end = _suite_times(out / "trainready.db")
-    spans = {s: (v["start"], v["end"]) for s, v in suites.items()}
+    suites, first_end, spans = _suite_times(out / "trainready.db")
     spans["whole job"] = (t0, t0 + wall)
-    for s in suites.values():
-        del s["start"], s["end"]
     statuses = Counter()
     for s in suites.values():
         statuses.update(s["statuses"])
