@@ -7,25 +7,19 @@ Set TRAINREADY_EXPLORER_SCREENSHOT=docs/explorer.png to save the page after the 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS, write_trace
+from tests.browser_marks import browser_marks
 from trainready.profile.server import Library
 from trainready.profile.trace import KIND_KERNEL
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)"
 )
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(),
-        reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)",
-    ),
-]
+pytestmark = browser_marks(CHROMIUM, "Chromium", "chromium")
 
 
 @pytest.fixture

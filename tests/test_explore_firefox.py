@@ -10,7 +10,6 @@ click.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,15 +19,10 @@ from trainready.profile.server import ExplorerServer, Library
 from trainready.profile.trace import KIND_KERNEL
 
 pytest.importorskip("websockets", reason="needs websockets (pip install websockets)")
+from tests.browser_marks import browser_marks  # noqa: E402
 from tests.firefox_bidi import FIREFOX, Firefox  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(FIREFOX).exists(),
-        reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
-    ),
-]
+pytestmark = browser_marks(FIREFOX, "Firefox", "firefox-esr")
 
 ENTER = "\ue007"  # WebDriver's key code for Enter
 # wait until the timeline shows data for exactly the current view and includes event `id`

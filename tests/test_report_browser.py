@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS
+from tests.browser_marks import browser_marks
 from trainready.cli import app
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
@@ -20,13 +21,7 @@ from trainready.core.store import RunRecord, Store
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python (pip install playwright)"
 )
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(),
-        reason=f"needs Chromium at {CHROMIUM} (apt-get install chromium)",
-    ),
-]
+pytestmark = browser_marks(CHROMIUM, "Chromium", "chromium")
 
 
 @contextlib.contextmanager

@@ -8,20 +8,14 @@ Set TRAINREADY_REPORT_FIREFOX_SCREENSHOT=report-firefox.png to save a screenshot
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("websockets", reason="needs websockets (pip install websockets)")
+from tests.browser_marks import browser_marks  # noqa: E402
 from tests.firefox_bidi import FIREFOX, Firefox  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(FIREFOX).exists(),
-        reason=f"needs Firefox at {FIREFOX} (apt-get install firefox-esr)",
-    ),
-]
+pytestmark = browser_marks(FIREFOX, "Firefox", "firefox-esr")
 
 # the drill-down of all the suite's cases (the last of its drill-down tables)
 DRILL = "[...document.querySelectorAll('#suite-matmul .drill')].at(-1)"
