@@ -149,6 +149,35 @@ def test_allocations_are_counted_per_device(emu) -> None:
     emu(_check_memory_stats)
 
 
+def _check_profiled_memory(path: str) -> None:
+    """Every emu allocation and free reaches the profiler with its device and the totals after
+    it (as cuda's allocator reports them), so `analyze` shows emu's memory and knows the run used
+    a device although emu records no kernels for the profiler."""
+    _emu()
+    from torch.profiler import ProfilerActivity, profile
+
+    from trainready.profile.analysis import summary
+    from trainready.profile.text import no_device_activity
+    from trainready.profile.trace import load_trace
+
+    base = torch.emu.memory_allocated(1)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        x = torch.ones(1000, device="emu:1")  # 4,000 bytes: a 4,032-byte block
+        y = (x * 2).sum()  # x * 2 (4,032) is alive while the sum (64) is allocated
+        del x, y
+    prof.export_chrome_trace(path)
+    s = summary(load_trace(path), trim_last_step=False)
+    mem = s["memory"]["privateuseone:1"]  # the trace knows only c10's device type, 20
+    assert mem["allocations"] == mem["frees"] == 3
+    assert mem["peak_allocated"] == base + 2 * 4032 + 64
+    assert s["device_activity"] is False
+    assert "the run allocated memory on privateuseone:1" in no_device_activity(s)
+
+
+def test_the_profiler_sees_emus_memory(emu, tmp_path) -> None:
+    emu(_check_profiled_memory, str(tmp_path / "trace.json"))
+
+
 def _check_round_trip() -> None:
     _emu()
     for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.bool):

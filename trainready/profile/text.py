@@ -169,14 +169,29 @@ def summary_blocks(s: dict[str, Any]) -> list[Line | Table]:
     if s.get("device_activity", True):
         _device_tables(s, out)
     else:
-        out.append(
-            Line(
-                "no device activity in this trace (a CPU-only run): no device time, kernel types, "
-                "idle streams, launches or communication overlap to show"
-            )
-        )
+        out.append(Line(no_device_activity(s)))
     _host_tables(s, out)
     return out
+
+
+def no_device_activity(s: dict[str, Any]) -> str:
+    """What a trace without device kernels, copies or launches says about the device. Its
+    allocator's memory events name a device the run used (a backend with no profiler plugin for
+    its kernels, as a PrivateUse1 one often is); without them it may be a CPU-only run or a
+    backend that reports nothing: the line does not claim which."""
+    used = [d for d in s.get("memory", {}) if not d.startswith("cpu")]
+    if used:
+        return (
+            f"no device activity in this trace, though the run allocated memory on "
+            f"{', '.join(used)}: its backend recorded no kernels, copies or launches for the "
+            "profiler, so device time, kernel types, idle streams, launches and communication "
+            "overlap are unknown"
+        )
+    return (
+        "no device activity in this trace (a CPU-only run, or a device whose backend reports "
+        "neither kernels nor memory to the profiler): no device time, kernel types, idle "
+        "streams, launches or communication overlap to show"
+    )
 
 
 def _device_tables(s: dict[str, Any], out: list[Line | Table]) -> None:

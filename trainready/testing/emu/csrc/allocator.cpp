@@ -1,9 +1,12 @@
 // emu's device memory: every tensor byte lives in a block this allocator mallocs for one
 // device, and is counted in that device's statistics (torch.accelerator.memory_* read them
 // through the c10::DeviceAllocator interface). No caching: freeing a tensor frees its block,
-// so reserved == allocated.
+// so reserved == allocated. Each allocation and free is reported to the profiler with its device,
+// as cuda's caching allocator reports them: a trace taken with profile_memory=True shows emu's
+// memory timeline, and that the run used the device even where no kernel of it is recorded.
 #include "emu.h"
 
+#include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
@@ -145,13 +148,27 @@ class Allocator final : public c10::DeviceAllocator {
     if (it == blocks_.end()) {
       return; // not emu's: never free it (and never throw from a deleter)
     }
-    account(stats_[it->second.device], it->second, -1);
+    auto& s = stats_[it->second.device];
+    account(s, it->second, -1);
+    report(ptr, -static_cast<int64_t>(it->second.padded), s, it->second.device);
     blocks_.erase(it);
     std::free(ptr);
   }
 
  private:
   static void release_block(void* ptr);
+
+  // One allocation (+bytes) or free (-bytes) to the profiler, with the totals after it (a
+  // no-op unless a profiler with profile_memory=True is running).
+  static void report(void* ptr, int64_t bytes, const DeviceStats& s, c10::DeviceIndex device) {
+    const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+    c10::reportMemoryUsageToProfiler(
+        ptr,
+        bytes,
+        static_cast<size_t>(s.allocated_bytes[aggregate].current),
+        static_cast<size_t>(s.reserved_bytes[aggregate].current),
+        c10::Device(kType, device));
+  }
 
   static std::array<StatArray*, 9> arrays(DeviceStats& s) {
     return {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
@@ -187,6 +204,7 @@ class Allocator final : public c10::DeviceAllocator {
     const Block block{nbytes, padded, device};
     blocks_.emplace(ptr, block);
     account(s, block, +1);
+    report(ptr, static_cast<int64_t>(padded), s, device);
     return ptr;
   }
 
