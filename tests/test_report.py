@@ -341,6 +341,9 @@ def test_a_comparison_over_different_suites_compares_what_both_ran(tmp_path):
             s.add_result("all", Result(c, "pass"))
         doc = json.loads(render(s, ["matmul-only", "all"], "json"))
         md = render(s, ["matmul-only", "all"], "md")
+        _run(s, "matmul-again", "H200", 2, [_matmul(C_FWD1, 0.5, "p")])
+        s.add_planned("matmul-again", [C_FWD1, C_FWD128])  # the same plan: like for like
+        alike = render(s, ["matmul-only", "matmul-again"], "md")
     (comparison,) = doc["comparisons"]
     assert comparison["changes"] == [] and comparison["compared"] == 2
     assert comparison["left_out"] == {"only_primary": {}, "only_reference": {"flex": 5}}
@@ -349,6 +352,11 @@ def test_a_comparison_over_different_suites_compares_what_both_ran(tmp_path):
     assert "**matmul MFU at M=1**: 50.0%" in md
     assert "(vs H200 (all) 40.0%: +10.0 pts)" in md
     assert "measured only there: flex fwd passed" in md
+    # ... each over its own run's cases, which differ here: said where the tiles begin.
+    tiles = md.split("Tiles:")[1].split("\n")[0]
+    assert "The runs planned different cases" in tiles
+    assert "cases both planned (H200 (all): 2 cases) are compared one by one" in tiles
+    assert "Tiles:" in alike and "planned different cases" not in alike
 
 
 def test_a_chart_legend_with_long_names_goes_below_the_plot_whole():

@@ -103,8 +103,26 @@ def overview(report: Report) -> Section:
         line = f"Tiles: {report.primary.label}, each against {_names(report.runs[1:])}"
         if extra:
             line += f"; measured only there: {', '.join(extra)}"
+        unlike = _unlike_cases(report)
+        if unlike:
+            line += f". {unlike}"
         blocks.insert(0, Text(line))
     return Section("Overview", blocks, "overview")
+
+
+def _unlike_cases(report: Report) -> str:
+    """Where a compared run planned other cases (another preset, other suites, a filter), the
+    tiles' counts and rates are each over its own cases: said once, with where the like-for-like
+    comparison is ('' when every run planned the same cases)."""
+    unlike = [c for c in report.comparisons if c.only_primary or c.only_reference]
+    if not unlike:
+        return ""
+    common = "; ".join(f"{c.reference.label}: {fmt.plural(c.compared, 'case')}" for c in unlike)
+    return (
+        "The runs planned different cases, so each tile's counts and rates are over that run's "
+        f"own cases, not like for like; cases both planned ({common}) are compared one by one "
+        "in 'Compared with …' below"
+    )
 
 
 def _names(runs: list[RunView]) -> str:
