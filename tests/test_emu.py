@@ -152,11 +152,13 @@ def test_allocations_are_counted_per_device(emu) -> None:
 def _check_profiled_memory(path: str) -> None:
     """Every emu allocation and free reaches the profiler with its device and the totals after
     it (as cuda's allocator reports them), so `analyze` shows emu's memory and knows the run used
-    a device although emu records no kernels for the profiler."""
+    a device although emu records no kernels for the profiler; a trace `trainready profile`
+    captured names the backend, so that memory reads as emu's, not c10's "privateuseone"."""
     _emu()
     from torch.profiler import ProfilerActivity, profile
 
     from trainready.profile.analysis import summary
+    from trainready.profile.capture import profile_steps
     from trainready.profile.text import no_device_activity
     from trainready.profile.trace import load_trace
 
@@ -172,6 +174,18 @@ def _check_profiled_memory(path: str) -> None:
     assert mem["peak_allocated"] == base + 2 * 4032 + 64
     assert s["device_activity"] is False
     assert "the run allocated memory on privateuseone:1" in no_device_activity(s)
+
+    # `trainready profile`'s capture names the backend in the trace: memory on "emu:0".
+    out = Path(path).parent / "captured"
+    with profile_steps(out, steps=2, wait=0, warmup=1) as step:
+        for _ in range(4):
+            (torch.ones(1000, device="emu:0") * 2).sum()
+            step()
+    captured = load_trace(str(out / "trace.json.gz"))
+    assert captured.meta.get("privateuse1Backend") == "emu"
+    s = summary(captured, trim_last_step=False)
+    assert "emu:0" in s["memory"] and "privateuseone:0" not in s["memory"]
+    assert "the run allocated memory on emu:0" in no_device_activity(s)
 
 
 def test_the_profiler_sees_emus_memory(emu, tmp_path) -> None:

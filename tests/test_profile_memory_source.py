@@ -10,8 +10,8 @@ from trainready.profile import source as S
 from trainready.profile.trace import load_trace
 
 
-def _mem(ts: float, nbytes: int, total: int | None, device: int = 0) -> dict:
-    args = {"Addr": 1 << 20, "Bytes": nbytes, "Device Type": 1, "Device Id": device}
+def _mem(ts: float, nbytes: int, total: int | None, device: int = 0, dtype: int = 1) -> dict:
+    args = {"Addr": 1 << 20, "Bytes": nbytes, "Device Type": dtype, "Device Id": device}
     if total is not None:
         args |= {"Total Allocated": total, "Total Reserved": 4 << 20}
     return {"ph": "i", "s": "t", "name": "[memory]", "pid": PID, "tid": TID, "ts": ts,
@@ -37,6 +37,18 @@ def test_memory_peak_and_where(tmp_path):
     assert (s["allocations"], s["frees"], s["end_allocated"]) == (2, 2, 0)
     assert s["peak_reserved"] == 4 << 20
     assert M.timelines(t)["cuda:0"]["allocated"].tolist() == [1000, 4000, 3000, 0]
+
+
+def test_privateuse1_memory_goes_by_its_backends_name_where_the_trace_records_it(tmp_path):
+    events = [_mem(1, 64, 64, dtype=M.PRIVATEUSE1), _mem(2, 64, 64, dtype=0, device=-1)]
+    named = {M.BACKEND_KEY: "npu"}
+    t = load_trace(write(tmp_path / "named.json", document(events, **named)))
+    assert set(M.memory_summary(t)) == {"npu:0", "cpu"}
+    t = load_trace(write(tmp_path / "unnamed.json", document(events)))
+    assert set(M.memory_summary(t)) == {"privateuseone:0", "cpu"}  # c10's own name
+    odd = {M.BACKEND_KEY: "npu:0; rm"}  # not a device type name: c10's own name, not this text
+    t = load_trace(write(tmp_path / "odd.json", document(events, **odd)))
+    assert set(M.memory_summary(t)) == {"privateuseone:0", "cpu"}
 
 
 def test_memory_without_running_totals_is_the_cumulative_sum(tmp_path):

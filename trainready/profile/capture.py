@@ -78,6 +78,7 @@ class StepProfiler:
         self.seen = 0  # steps completed while profiling
         self.started = False
         self.done = False
+        self._backend_named = False  # memory.BACKEND_KEY written (or nothing to write)
         self.error: str | None = None  # why the capture failed, for the metadata
         self.started_at = time.time()
         schedule = (
@@ -112,6 +113,7 @@ class StepProfiler:
     def start(self) -> None:
         self.started = True
         self._prof.start()
+        self._name_backend()
 
     def step(self) -> None:
         """Mark the end of one training step."""
@@ -121,6 +123,27 @@ class StepProfiler:
         self._prof.step()
         if self.done:  # the schedule's active steps are written: stop paying for profiling
             self._prof.stop()
+        else:
+            self._name_backend()
+
+    def _name_backend(self) -> None:
+        """Write the PrivateUse1 backend's name into the trace (memory.BACKEND_KEY), once, when
+        the profiler records (metadata added before that is dropped); nothing for a run whose
+        PrivateUse1 is unnamed, i.e. unused."""
+        import torch
+        from torch.profiler import ProfilerAction
+
+        from trainready.profile.memory import BACKEND_KEY
+
+        if self._backend_named or self._prof.current_action not in (
+            ProfilerAction.RECORD,
+            ProfilerAction.RECORD_AND_SAVE,
+        ):
+            return
+        self._backend_named = True
+        name = torch._C._get_privateuse1_backend_name()
+        if name != "privateuseone":
+            self._prof.add_metadata(BACKEND_KEY, name)
 
     def stop(self) -> None:
         """Stop profiling; a run that ended inside the active steps still writes what it has."""

@@ -21,6 +21,21 @@ DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "
                 20: "privateuseone"}  # fmt: skip
 
 
+PRIVATEUSE1 = 20
+# The trace's top-level key naming the PrivateUse1 backend ("npu", "emu"...), which `trainready
+# profile` writes: its memory events carry only the device type code, PRIVATEUSE1.
+BACKEND_KEY = "privateuse1Backend"
+
+
+def device_type_name(trace: Trace, dt: int) -> str:
+    """c10's name of a device type code; PrivateUse1 by its backend's name ("npu", "emu") where
+    the trace records it (BACKEND_KEY)."""
+    backend = trace.meta.get(BACKEND_KEY) if dt == PRIVATEUSE1 else None
+    if isinstance(backend, str) and backend.isidentifier():
+        return backend
+    return DEVICE_TYPES.get(dt, str(dt))
+
+
 def timelines(trace: Trace) -> dict[str, dict[str, np.ndarray]]:
     """Per device ("cuda:0", "cpu:-1", ...): ts, allocated and reserved bytes after each event."""
     m = trace.memory
@@ -30,7 +45,7 @@ def timelines(trace: Trace) -> dict[str, dict[str, np.ndarray]]:
         sel = sel[np.argsort(m.ts[sel], kind="stable")]
         totals = m.total_allocated[sel]
         allocated = totals if (totals >= 0).all() else np.cumsum(m.nbytes[sel])
-        name = DEVICE_TYPES.get(dt, str(dt))
+        name = device_type_name(trace, dt)
         out[name if di < 0 else f"{name}:{di}"] = {
             "ts": m.ts[sel],
             "allocated": allocated,
