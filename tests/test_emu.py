@@ -180,11 +180,15 @@ def _check_profiled_memory(path: str) -> None:
     with profile_steps(out, steps=2, wait=0, warmup=1) as step:
         for _ in range(4):
             (torch.ones(1000, device="emu:0") * 2).sum()
+            torch.ones(8, 8, device="emu:0") @ torch.ones(8, 8, device="emu:0")
             step()
     captured = load_trace(str(out / "trace.json.gz"))
     assert captured.meta.get("privateuse1Backend") == "emu"
     s = summary(captured, trim_last_step=False)
     assert "emu:0" in s["memory"] and "privateuseone:0" not in s["memory"]
+    assert s["unrecorded_devices"] == ["emu:0"]
+    mm = [g for g in s["flops"]["top"] if g["op"] == "aten::mm"]
+    assert mm and all(g["tflops"] is None and g["timed_on"] == "host dispatch" for g in mm)
     assert "the run allocated memory on emu:0" in no_device_activity(s)
 
 

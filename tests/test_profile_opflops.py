@@ -77,6 +77,27 @@ def test_fp32_faster_than_the_fp32_peak_is_rated_against_tf32(tmp_path):
     assert peak == PEAKS["a100-sxm"]["tf32"] and "tf32" in label
 
 
+def test_ops_on_a_device_whose_kernels_are_not_recorded_have_no_rate(tmp_path):
+    """A PrivateUse1 run whose backend records memory but no kernels: an op's host time is its
+    dispatch, so no TFLOP/s or MFU (even against a given peak); on the CPU it is its compute."""
+    mm = cpu("aten::mm", 10, 20, **{"Input Dims": [[64, 64], [64, 64]],
+                                    "Input type": ["float", "float"]})  # fmt: skip
+    mem = {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5,
+           "args": {"Addr": 1, "Bytes": 64, "Device Type": 20, "Device Id": 0,
+                    "Total Allocated": 64, "Total Reserved": 64}}  # fmt: skip
+    doc = document([annotation("ProfilerStep#1", 0, 100), mm, mem], privateuse1Backend="npu")
+    hidden = load_trace(write(tmp_path / "npu.json", doc))
+    for peak in (None, 1e12):
+        (row,) = F.op_table(hidden, peak=peak)
+        assert row["timed_on"] == F.DISPATCH and row["tflops"] is None and row["mfu"] is None
+        assert "the run used npu:0, whose kernels the trace does not record" in row["peak"]
+        (group,) = F.mfu_summary(hidden, peak=peak)["top"]
+        assert group["tflops"] is None and group["mfu"] is None
+    mem["args"]["Device Type"] = 0  # the same op on the CPU: timed on the host, a rate
+    (row,) = F.op_table(load_trace(write(tmp_path / "cpu.json", doc)))
+    assert row["timed_on"] == "host" and row["tflops"] == pytest.approx(2 * 64**3 / 20e-6 / 1e12)
+
+
 def test_real_trace_joins_ops_to_their_kernels():
     """Old Kineto format (External id = correlation): ops reach kernels through the runtime
     calls nested in them."""

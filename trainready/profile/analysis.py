@@ -458,7 +458,7 @@ def summary(
 ) -> dict[str, Any]:
     """Every analysis of one rank, as one JSON-ready dict (`peak_flops`: see opflops)."""
     from trainready.profile.deps import Graph, dependencies, dependency_counts, step_critical_paths
-    from trainready.profile.memory import memory_summary
+    from trainready.profile.memory import memory_summary, unrecorded_devices
     from trainready.profile.opflops import mfu_summary
     from trainready.profile.source import time_by_line
 
@@ -471,6 +471,8 @@ def summary(
         "events": len(trace),
         # False for a CPU-only trace: the device tables below then hold nothing to read.
         "device_activity": bool(trace.of_kind(*DEVICE_KINDS).any()),
+        # Devices the run used whose kernels the trace does not record (memory events only).
+        "unrecorded_devices": unrecorded_devices(trace),
         "window": {
             "trimmed_last_step": win.trimmed_last_step,
             "rows": int(win.keep.sum()),

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from trainready.profile.trace import KIND_CPU_OP, Trace
+from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, Trace
 
 # c10::DeviceType codes as the profiler records them.
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip",
@@ -21,7 +21,7 @@ DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "
                 20: "privateuseone"}  # fmt: skip
 
 
-PRIVATEUSE1 = 20
+CPU, PRIVATEUSE1 = 0, 20
 # The trace's top-level key naming the PrivateUse1 backend ("npu", "emu"...), which `trainready
 # profile` writes: its memory events carry only the device type code, PRIVATEUSE1.
 BACKEND_KEY = "privateuse1Backend"
@@ -36,17 +36,36 @@ def device_type_name(trace: Trace, dt: int) -> str:
     return DEVICE_TYPES.get(dt, str(dt))
 
 
+def _devices(trace: Trace) -> list[tuple[int, int]]:
+    """(device type code, index) of every device the allocator events name, in order."""
+    m = trace.memory
+    return sorted(set(zip(m.device_type.tolist(), m.device_id.tolist(), strict=True)))
+
+
+def _label(trace: Trace, dt: int, di: int) -> str:
+    name = device_type_name(trace, dt)
+    return name if di < 0 else f"{name}:{di}"
+
+
+def unrecorded_devices(trace: Trace) -> list[str]:
+    """The devices the run allocated memory on although the trace records no device activity
+    at all (no kernel, copy, memset or sync): a backend whose kernels the profiler does not see,
+    as many PrivateUse1 ones. Their ops' host times are dispatch, not compute ([] otherwise)."""
+    if trace.of_kind(*DEVICE_KINDS).any():
+        return []
+    return [_label(trace, dt, di) for dt, di in _devices(trace) if dt != CPU]
+
+
 def timelines(trace: Trace) -> dict[str, dict[str, np.ndarray]]:
     """Per device ("cuda:0", "cpu:-1", ...): ts, allocated and reserved bytes after each event."""
     m = trace.memory
     out = {}
-    for dt, di in sorted(set(zip(m.device_type.tolist(), m.device_id.tolist(), strict=True))):
+    for dt, di in _devices(trace):
         sel = np.flatnonzero((m.device_type == dt) & (m.device_id == di))
         sel = sel[np.argsort(m.ts[sel], kind="stable")]
         totals = m.total_allocated[sel]
         allocated = totals if (totals >= 0).all() else np.cumsum(m.nbytes[sel])
-        name = device_type_name(trace, dt)
-        out[name if di < 0 else f"{name}:{di}"] = {
+        out[_label(trace, dt, di)] = {
             "ts": m.ts[sel],
             "allocated": allocated,
             "reserved": m.total_reserved[sel],

@@ -367,12 +367,29 @@ def peak_flops(
     return peak, f"vs {kind} {dtype} datasheet peak"
 
 
+# An op's time where it may have run on a device the trace records no kernels of: its host
+# time, i.e. its dispatch, from which no rate follows.
+DISPATCH = "host dispatch"
+
+
+def _unrecorded_label(devices: list[str]) -> str:
+    return (
+        f"rate unknown: the run used {', '.join(devices)}, whose kernels the trace does not "
+        "record, so an op's host time is its dispatch, not its compute"
+    )
+
+
 def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
     """One row per counted op call: name, shapes, dtype, FLOPs, time, TFLOP/s, MFU.
 
     `peak` (FLOP/s) replaces the datasheet peak, e.g. for a CPU or a device not in the table;
-    without it, ops timed on the host get no MFU.
+    without it, ops timed on the host get no MFU. Where the run used a device whose kernels the
+    trace does not record (`memory.unrecorded_devices`), an op without a kernel may have run
+    there: its host time is its dispatch, so its rate is unknown (None), and the label says why.
     """
+    from trainready.profile.memory import unrecorded_devices
+
+    hidden = unrecorded_devices(trace)
     rows = np.flatnonzero((trace.kind == KIND_CPU_OP) & (trace.input_dims >= 0))
     wanted = {trace.symbol(n) for n in OPS} - {-1}
     rows = rows[intervals.isin(trace.name[rows], np.array(sorted(wanted), dtype=np.int32))]
@@ -407,8 +424,10 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
         dtype = dtypes[types_id]
         on_device = dev_ns >= 0
         ns = dev_ns if on_device else dur
-        rate = flops / (ns * 1e-9) if ns > 0 else None
-        if on_device or peak is not None:
+        rate = flops / (ns * 1e-9) if ns > 0 and (on_device or not hidden) else None
+        if hidden and not on_device:
+            op_peak, label = None, _unrecorded_label(hidden)
+        elif on_device or peak is not None:
             op_peak, label = peak_flops(trace, dtype, peak, rate)
         else:
             op_peak, label = None, "host execution: no peak given"
@@ -420,7 +439,7 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
                 "dtype": dtype,
                 "flops": flops,
                 "time_ns": ns,
-                "timed_on": "device" if on_device else "host",
+                "timed_on": "device" if on_device else DISPATCH if hidden else "host",
                 "tflops": None if rate is None else rate / 1e12,
                 "mfu": None if rate is None or op_peak is None else rate / op_peak,
                 "peak": label,
@@ -447,7 +466,11 @@ def mfu_summary(trace: Trace, top: int = 10, peak: float | None = None) -> dict[
         g["time_ns"] += row["time_ns"]
     ranked = sorted(groups.values(), key=lambda g: -g["time_ns"])
     for g in ranked:
-        rate = g["flops"] / (g["time_ns"] * 1e-9) if g["time_ns"] else None
+        rate = (
+            g["flops"] / (g["time_ns"] * 1e-9)
+            if g["time_ns"] and g["timed_on"] != DISPATCH
+            else None
+        )
         g["tflops"] = None if rate is None else rate / 1e12
         if rate is not None and (g["timed_on"] == "device" or peak is not None):
             g_peak, g["peak"] = peak_flops(trace, g["dtype"], peak, rate)

@@ -179,7 +179,7 @@ def no_device_activity(s: dict[str, Any]) -> str:
     allocator's memory events name a device the run used (a backend with no profiler plugin for
     its kernels, as a PrivateUse1 one often is); without them it may be a CPU-only run or a
     backend that reports nothing: the line does not claim which."""
-    used = [d for d in s.get("memory", {}) if not d.startswith("cpu")]
+    used = s.get("unrecorded_devices") or []
     if used:
         return (
             f"no device activity in this trace, though the run allocated memory on "
