@@ -151,6 +151,22 @@ def test_compiled_parity_runs_with_a_backend_that_generates_no_code(tmp_path):
     assert (breaks["value"], breaks["note"]) == (0, "over 1 compiled case")
 
 
+def test_ray_actors_run_emus_cases_as_the_local_runner_does(tmp_path, emu_all):
+    """--executor ray on a local instance, which declares emu's devices as the resource each
+    actor asks for: the synthetic cases end as they did locally, judged on emu's dispatch key."""
+    pytest.importorskip("ray", reason="the optional Ray extra is not installed")
+    p = cli(
+        *("run", "parity", "--device", "emu", *IMPORT, "--preset", "smoke"),
+        *("--set", "zoo=synthetic", "--executor", "ray", "--out", str(tmp_path)),
+    )
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    results = report(tmp_path)["results"]
+    local = [r for r in by_suite(emu_all, "parity") if r["params"]["source"] == "synthetic"]
+    assert {r["name"]: r["status"] for r in results} == {r["name"]: r["status"] for r in local}
+    eager = next(r for r in results if r["params"]["mode"] == "eager")
+    assert eager["diagnostics"]["ops"]["dispatch_key"] == "PrivateUse1"
+
+
 def test_devices_says_the_peak_is_the_hosts(emu_out):
     # The run cached its bf16 calibration in the store: `devices` reads it from there.
     p = subprocess.run(

@@ -65,6 +65,21 @@ def test_slots_follow_jobs_within_the_cluster():
         ConfigError, match=r"cannot hold one actor for device 'cuda:0'.*has CPU=8\)$"
     ):
         RayExecutor(jobs=2)._slots(cpus, "cuda:0", n_jobs=4)
+    # A device Ray does not detect: the error says how to declare it on the cluster's nodes.
+    with pytest.raises(ConfigError, match=r"ray start --resources '\{\"npu\": N\}'"):
+        RayExecutor(jobs=2)._slots(cpus, "npu:0", n_jobs=4)
+
+
+def test_a_local_instance_declares_the_devices_ray_cannot_detect(monkeypatch):
+    """A PrivateUse1 or other accelerator's actors ask for a resource named after it: a local
+    instance declares one per device of that type here, so they fit without any setup."""
+    import trainready.device as device
+
+    monkeypatch.setattr(device, "available_devices", lambda: ["cpu", "npu:0", "npu:1"])
+    assert local_init_kwargs(2, "npu:1")["resources"] == {"npu": 2.0}
+    assert cluster_slots(task_resources("npu:1"), {"CPU": 2.0, "npu": 2.0}) == 2
+    assert "resources" not in local_init_kwargs(2, "cpu")  # nothing custom to declare
+    assert "resources" not in local_init_kwargs(2, "cuda:0")  # Ray counts GPUs itself
 
 
 def test_lost_names_a_dead_actor_or_what_raised_in_it():

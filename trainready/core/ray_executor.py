@@ -5,8 +5,8 @@ import and the compile caches are reused across the cases of that slot, and each
 isolation guarantee of the single-machine path (its budget, timeout with phase, crash with signal; a
 dead or timed-out worker is replaced inside the actor). Slots: the run's --jobs, capped at what the
 cluster holds of the resource each actor asks for: a GPU for cuda, a custom resource named after the
-device type for other accelerators (start Ray nodes with e.g. `--resources '{"neuron": 2}'`), a CPU
-otherwise. The driver hands each free actor the next case, and results stream back into the store
+device type for other accelerators (a local instance declares it for this machine's devices;
+start a cluster's nodes with e.g. `--resources '{"neuron": 2}'`), a CPU otherwise. The driver hands each free actor the next case, and results stream back into the store
 as they finish. An actor lost under a case (its process killed, its node gone) makes that case
 `crash`; a new actor takes its place and the run goes on.
 """
@@ -45,15 +45,31 @@ def cluster_slots(request: dict[str, Any], total: dict[str, float]) -> int:
     return min(int(total.get(name, 0) // amount) for name, amount in need.items() if amount)
 
 
-def local_init_kwargs(jobs: int = 1) -> dict[str, Any]:
-    """`ray.init` arguments for a local instance: loopback only, no dashboard, and CPUs for at
-    least `jobs` actors (so --jobs is followed on a machine with fewer cores, as locally)."""
+def local_resources(device: str) -> dict[str, float]:
+    """The custom resource a local instance declares for `device`'s actors (`task_resources`):
+    one unit per device of its type on this machine ("emu": 2), which Ray cannot detect itself;
+    none for the CPU, and for cuda Ray counts the GPUs."""
+    kind = device.split(":")[0]
+    if kind in ("cpu", "cuda"):
+        return {}
+    from trainready.device import available_devices
+
+    count = sum(d.split(":")[0] == kind for d in available_devices())
+    return {kind: float(count)} if count else {}
+
+
+def local_init_kwargs(jobs: int = 1, device: str = "cpu") -> dict[str, Any]:
+    """`ray.init` arguments for a local instance: loopback only, no dashboard, CPUs for at
+    least `jobs` actors (so --jobs is followed on a machine with fewer cores, as locally), and
+    `device`'s own resource (`local_resources`)."""
+    resources = local_resources(device)
     return {
         "_node_ip_address": "127.0.0.1",
         "include_dashboard": False,
         "num_cpus": max(os.cpu_count() or 1, jobs),
         "log_to_driver": False,
         "configure_logging": False,
+        **({"resources": resources} if resources else {}),
     }
 
 
@@ -148,7 +164,7 @@ class RayExecutor:
         self.on_result = on_result or (lambda _r: None)
         self._started_ray = False
 
-    def _ray(self):
+    def _ray(self, device: str):
         try:
             import ray
         except ImportError:
@@ -158,7 +174,7 @@ class RayExecutor:
             if self.address:
                 ray.init(address=self.address, log_to_driver=False, configure_logging=False)
             else:
-                ray.init(**local_init_kwargs(self.jobs))
+                ray.init(**local_init_kwargs(self.jobs, device))
             self._started_ray = True
         return ray
 
@@ -168,9 +184,18 @@ class RayExecutor:
         fits = cluster_slots(request, total)
         if fits < 1:
             have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if "node:" not in k)
+            custom = request.get("resources") or {}
+            hint = (
+                "; start its nodes with `ray start --resources "
+                + "'{"
+                + ", ".join(f'"{k}": N' for k in custom)
+                + "}'`, N the devices on the node"
+                if custom
+                else ""
+            )
             raise ConfigError(
                 f"--executor ray: the Ray cluster cannot hold one actor for device {device!r} "
-                f"(it asks for {request}; the cluster has {have or 'nothing'})"
+                f"(it asks for {request}; the cluster has {have or 'nothing'}){hint}"
             )
         return min(self.jobs, fits, n_jobs)
 
@@ -181,7 +206,7 @@ class RayExecutor:
         if len(devices) != 1:
             raise ValueError(f"one device per run, got {sorted(devices)}")
         device = devices.pop()
-        ray = self._ray()
+        ray = self._ray(device)
         from ray.exceptions import RayError
 
         preload = list(dict.fromkeys(job.suite_path for job in jobs))
