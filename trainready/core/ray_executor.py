@@ -6,9 +6,10 @@ isolation guarantee of the single-machine path (its budget, timeout with phase, 
 dead or timed-out worker is replaced inside the actor). Slots: the run's --jobs, capped at what the
 cluster holds of the resource each actor asks for: a GPU for cuda, a custom resource named after the
 device type for other accelerators (a local instance declares it for this machine's devices;
-start a cluster's nodes with e.g. `--resources '{"neuron": 2}'`), a CPU otherwise. The driver hands each free actor the next case, and results stream back into the store
-as they finish. An actor lost under a case (its process killed, its node gone) makes that case
-`crash`; a new actor takes its place and the run goes on.
+start a cluster's nodes with e.g. `--resources '{"neuron": 2}'`), a CPU otherwise. The driver
+hands each free actor the next case, and results stream back into the store as they finish. An
+actor lost under a case (its process killed, its node gone) makes that case `crash`; a new actor
+takes its place and the run goes on.
 """
 
 from __future__ import annotations
@@ -184,15 +185,9 @@ class RayExecutor:
         fits = cluster_slots(request, total)
         if fits < 1:
             have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if "node:" not in k)
-            custom = request.get("resources") or {}
-            hint = (
-                "; start its nodes with `ray start --resources "
-                + "'{"
-                + ", ".join(f'"{k}": N' for k in custom)
-                + "}'`, N the devices on the node"
-                if custom
-                else ""
-            )
+            custom = ", ".join(f'"{k}": N' for k in request.get("resources") or {})
+            hint = f"; start its nodes with `ray start --resources '{{{custom}}}'`, N the devices"
+            hint = hint + " on each" if custom else ""
             raise ConfigError(
                 f"--executor ray: the Ray cluster cannot hold one actor for device {device!r} "
                 f"(it asks for {request}; the cluster has {have or 'nothing'}){hint}"
