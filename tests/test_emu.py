@@ -196,6 +196,35 @@ def test_the_profiler_sees_emus_memory(emu, tmp_path) -> None:
     emu(_check_profiled_memory, str(tmp_path / "trace.json"))
 
 
+def _check_lazy_conjugate_and_negation() -> None:
+    """A conjugate or negated view (a bit on the tensor, resolved lazily) copies, clones and
+    trains on emu as on the CPU: a complex rotary embedding's backward (`grad * freqs.conj()`,
+    Llama 4's and DeepSeek-V2's) recursed without end through the math-bit fallback and
+    overflowed the stack."""
+    _emu()
+    z = torch.tensor([1 + 2j, 3 - 4j, -5 + 0.5j])
+    on = z.to("emu")
+    assert torch.equal(on.conj().clone().cpu(), z.conj().resolve_conj())
+    assert torch.equal(on.conj().cpu(), z.conj())  # emu -> cpu keeps the conjugate
+    assert torch.equal(on.conj().imag.cpu(), z.conj().imag)  # a negated view
+    assert torch.equal(z.conj().to("emu").cpu(), z.conj())  # cpu -> emu too
+
+    def rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * freqs).flatten(-2)
+
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    freqs = torch.polar(torch.ones(4, 4), torch.randn(4, 4))
+    xe = x.detach().to("emu").requires_grad_()
+    rope(xe, freqs.to("emu")).pow(2).sum().backward()
+    rope(x, freqs).pow(2).sum().backward()
+    torch.testing.assert_close(xe.grad.cpu(), x.grad)
+
+
+def test_lazy_conjugates_and_negations_copy_and_train_as_on_the_cpu(emu) -> None:
+    emu(_check_lazy_conjugate_and_negation)
+
+
 def _check_round_trip() -> None:
     _emu()
     for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.bool):

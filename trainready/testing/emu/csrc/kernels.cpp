@@ -29,12 +29,16 @@ namespace {
 
 constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
 
-// A CPU tensor over the same bytes, sizes and strides: what a CPU kernel can compute on.
+// A CPU tensor over the same bytes, sizes and strides, with the same lazy conjugate and
+// negative bits: what a CPU kernel can compute on.
 at::Tensor cpu_alias(const at::Tensor& t) {
   if (!t.is_privateuseone()) {
     return t;
   }
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  auto alias = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  alias._set_conj(t.is_conj());
+  alias._set_neg(t.is_neg());
+  return alias;
 }
 
 c10::Device emu_device(std::optional<c10::Device> device) {
@@ -97,9 +101,10 @@ at::Tensor reshape_alias(
       self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
-// Any direction: cpu -> emu, emu -> cpu, emu:i -> emu:j (the CPU copy kernel converts dtypes
-// and handles every stride). Overlap is checked here, on the real tensors: the CPU kernel sees
-// two aliases with storages of their own and could not tell.
+// Any direction: cpu -> emu, emu -> cpu, emu:i -> emu:j (the CPU copy kernel converts dtypes,
+// handles every stride and resolves a lazy conjugate or negation where the two tensors' bits
+// differ: see the Conjugate/Negative fallthroughs below). Overlap is checked here, on the real
+// tensors: the CPU kernel sees two aliases with storages of their own and could not tell.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   at::assert_no_internal_overlap(dst);
   at::assert_no_partial_overlap(dst, self);
@@ -205,6 +210,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   EMU_NATIVE(m, "set_", set_empty);
   EMU_NATIVE(m, "bmm", bmm);
   EMU_NATIVE(m, "bmm.out", bmm_out);
+}
+
+// A copy reaches emu's kernel with its tensors' lazy conjugate and negative bits, as copy_
+// reaches the CPU's: the math-bit fallbacks would resolve the source by cloning it, and a clone
+// on emu is itself a copy with the bit set -- an endless recursion (a complex rotary embedding's
+// backward, `grad * freqs.conj()`, overflowed the stack).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace
