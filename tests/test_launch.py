@@ -35,6 +35,18 @@ def unsupported_everywhere(env: RankEnv) -> dict:
     raise Unsupported("not on this backend")
 
 
+def checkpoint_fails(env: RankEnv) -> dict:
+    """As torch.distributed.checkpoint fails: a CheckpointException (a BaseException, not an
+    Exception) gathering every rank's own error."""
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    cause = NotImplementedError("no pinned host memory")
+    stack = traceback.StackSummary()
+    raise CheckpointException("save failed", {r: (cause, stack) for r in range(env.world_size)})
+
+
 def rank1_skips(env: RankEnv) -> dict:
     env.phase("before")
     if env.rank != 1:
@@ -79,6 +91,13 @@ def test_pool_runs_many_calls_on_one_start_and_tears_down_a_hung_one() -> None:
         assert err.status == ["error", "error"] and err.kinds == ["unsupported", "unsupported"]
         assert err.first_error == (0, "Unsupported: not on this backend")
         assert "rank 1 says hello" in err.stderr_tails[1]
+        # An error that is no Exception (DCP's) is the case's too, named by its root cause.
+        ckpt = pool.run(checkpoint_fails, timeout_s=30)
+        assert ckpt.status == ["error", "error"] and ckpt.kinds == ["error", "error"]
+        assert ckpt.first_error == (
+            0,
+            "CheckpointException from ranks [0, 1]: NotImplementedError: no pinned host memory",
+        )
         again = pool.run(summed, timeout_s=30)
         assert again.ok and again.start_s == 0.0 and pool.starts == 1 and pool.pids == pids
 

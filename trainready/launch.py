@@ -6,7 +6,8 @@
 
 `fn(env: RankEnv, **args) -> dict` runs on every rank once the default process group is up
 (`env.device` is the rank's own device, `env.backend` the process-group backend). Its dict must be
-JSON-able. An exception on a rank is caught there and reported (`errors[rank]`, `kinds[rank]`).
+JSON-able. An exception on a rank (any BaseException but exit and interrupt) is caught there and
+reported (`errors[rank]`, `kinds[rank]`).
 `env.phase("name")` records what the rank is doing, so a call that hangs says where
 (`result.phases[rank]`).
 
@@ -456,15 +457,36 @@ def _error_kind(exc: BaseException) -> str:
     return "oom" if is_oom(exc) else "error"
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    """The error behind `exc`: for torch.distributed.checkpoint's CheckpointException, which
+    gathers every rank's failure (`failures`: rank -> (exception, stack)), the lowest rank's;
+    otherwise `exc` itself."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        cause = first[0] if isinstance(first, tuple) and first else first
+        if isinstance(cause, BaseException):
+            return cause
+    return exc
+
+
 def _call(target: str, env: RankEnv, args: dict[str, Any]) -> dict[str, Any]:
     try:
         value = resolve_target(target)(env, **args)
         json.dumps(value)  # fail here, with a clear error, if it cannot travel
         return {"ok": True, "value": value}
-    except Exception as e:  # noqa: BLE001 - the host decides what an error means
+    except (SystemExit, KeyboardInterrupt, GeneratorExit):
+        raise
+    # BaseException: torch.distributed.checkpoint's CheckpointException derives from it, and it
+    # is a case's error (a device gap such as no pinned host memory), not the rank's end.
+    except BaseException as e:  # noqa: BLE001 - the host decides what an error means
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        head = f"{type(e).__name__}: {e}".strip().splitlines()[0][:500]
-        return {"ok": False, "error": head, "kind": _error_kind(e), "traceback": text[-3000:]}
+        root = _root_cause(e)
+        head = f"{type(root).__name__}: {root}".strip().splitlines()[0]
+        if root is not e:
+            head = f"{type(e).__name__} from ranks {sorted(e.failures)}: {head}"  # type: ignore[attr-defined]
+        return {"ok": False, "error": head[:500], "kind": _error_kind(root),
+                "traceback": text[-3000:]}  # fmt: skip
 
 
 def _import_requested() -> None:
