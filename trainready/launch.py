@@ -457,35 +457,18 @@ def _error_kind(exc: BaseException) -> str:
     return "oom" if is_oom(exc) else "error"
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """The error behind `exc`: for torch.distributed.checkpoint's CheckpointException, which
-    gathers every rank's failure (`failures`: rank -> (exception, stack)), the lowest rank's;
-    otherwise `exc` itself."""
-    failures = getattr(exc, "failures", None)
-    if isinstance(failures, dict) and failures:
-        first = failures[min(failures)]
-        cause = first[0] if isinstance(first, tuple) and first else first
-        if isinstance(cause, BaseException):
-            return cause
-    return exc
-
-
 def _call(target: str, env: RankEnv, args: dict[str, Any]) -> dict[str, Any]:
+    from trainready.core.errors import PROCESS_EXITS, error_head, root_cause
+
     try:
         value = resolve_target(target)(env, **args)
         json.dumps(value)  # fail here, with a clear error, if it cannot travel
         return {"ok": True, "value": value}
-    except (SystemExit, KeyboardInterrupt, GeneratorExit):
+    except PROCESS_EXITS:
         raise
-    # BaseException: torch.distributed.checkpoint's CheckpointException derives from it, and it
-    # is a case's error (a device gap such as no pinned host memory), not the rank's end.
-    except BaseException as e:  # noqa: BLE001 - the host decides what an error means
+    except BaseException as e:  # noqa: BLE001 - a case's error (core/errors.py); the host judges
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        root = _root_cause(e)
-        head = f"{type(root).__name__}: {root}".strip().splitlines()[0]
-        if root is not e:
-            head = f"{type(e).__name__} from ranks {sorted(e.failures)}: {head}"  # type: ignore[attr-defined]
-        return {"ok": False, "error": head[:500], "kind": _error_kind(root),
+        return {"ok": False, "error": error_head(e), "kind": _error_kind(root_cause(e)),
                 "traceback": text[-3000:]}  # fmt: skip
 
 

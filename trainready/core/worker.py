@@ -26,6 +26,7 @@ from typing import Any
 from trainready.core.case import Case, Outcome
 from trainready.core.concurrency import cpu_threads
 from trainready.core.context import CaseContext, Unsupported, prepare_artifacts
+from trainready.core.errors import PROCESS_EXITS, error_head, root_cause
 from trainready.core.procs import guard_worker
 
 
@@ -57,14 +58,6 @@ def _limit_memory(headroom_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _error_text(exc: BaseException) -> str:
-    return (
-        f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
-        if str(exc)
-        else type(exc).__name__
-    )
-
-
 def _traceback_tail(exc: BaseException, lines: int = 25) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return "\n".join(text.splitlines()[-lines:])
@@ -88,10 +81,12 @@ def execute_case(suite: Any, case: Case, ctx: CaseContext) -> Outcome:
         return outcome
     except Unsupported as e:
         return Outcome("unsupported", diagnostics={"reason": str(e)})
-    except Exception as e:  # noqa: BLE001 - every exception is a finding about the case
-        status = "oom" if _is_oom(e) else "fail_run"
+    except PROCESS_EXITS:
+        raise
+    except BaseException as e:  # noqa: BLE001 - every error is a finding about the case
+        status = "oom" if _is_oom(root_cause(e)) else "fail_run"
         return Outcome(
-            status, diagnostics={"error": _error_text(e), "traceback": _traceback_tail(e)}
+            status, diagnostics={"error": error_head(e), "traceback": _traceback_tail(e)}
         )
 
 
@@ -189,7 +184,7 @@ def worker_main(
             with cpu_threads(ctx.cpu_threads):
                 outcome = execute_case(suites[suite_path], case, ctx)
         except Exception as e:  # noqa: BLE001 - a suite that fails to import fails its cases
-            outcome = Outcome("fail_run", diagnostics={"error": _error_text(e)})
+            outcome = Outcome("fail_run", diagnostics={"error": error_head(e)})
         duration = time.perf_counter() - t0
         sys.stdout.flush()
         sys.stderr.flush()
