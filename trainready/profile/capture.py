@@ -129,16 +129,15 @@ class StepProfiler:
     def _name_backend(self) -> None:
         """Write the PrivateUse1 backend's name into the trace (memory.BACKEND_KEY), once, when
         the profiler records (metadata added before that is dropped); nothing for a run whose
-        PrivateUse1 is unnamed, i.e. unused."""
+        PrivateUse1 is unnamed, i.e. unused. Called at every step: done, it returns first."""
+        if self._backend_named:
+            return
         import torch
         from torch.profiler import ProfilerAction
 
         from trainready.profile.memory import BACKEND_KEY
 
-        if self._backend_named or self._prof.current_action not in (
-            ProfilerAction.RECORD,
-            ProfilerAction.RECORD_AND_SAVE,
-        ):
+        if self._prof.current_action not in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             return
         self._backend_named = True
         name = torch._C._get_privateuse1_backend_name()
