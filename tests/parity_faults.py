@@ -8,6 +8,8 @@ import math
 import torch
 from torch import nn
 
+from trainready.testing.kink_branch import NearKinkBranch, split_k
+
 VOCAB = 64
 DIM = 32
 SEQ = 16
@@ -233,6 +235,34 @@ class NearKinkWrongBackward(NearKink, WrongBackward):
     """The near kink and WrongBackward's 2% weight-gradient skew below float64."""
 
 
+class ManyNearKinks(TinyLM):
+    """A branch of 16 ReLU decisions within rounding of the kink, more than `kink_flips` tries
+    one by one (as depth_pro's head has): the CPU's plain fp32 run takes every one as float64
+    does, the compiled model sums their product in another order (`kink_branch.split_k`,
+    honest), which takes three of them the other way (`trainready.testing.kink_branch`)."""
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.branch = NearKinkBranch(VOCAB, seed)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        a, b = self.branch.a, self.branch.b
+        p = split_k(a, b) if torch.compiler.is_compiling() else None
+        return super().forward(ids) + self.branch(p)
+
+
+class ManyNearKinksNudgedWhenCompiled(ManyNearKinks):
+    """ManyNearKinks, and compiled, `down`'s weight gradient 2% too large below float64: a
+    fault where pooling the honest runs (which flip the near-kink decisions too) must not
+    explain it away."""
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(h))
+        if not torch.compiler.is_compiling():
+            return self.down(hidden)
+        return _SkewedLinear.apply(hidden, self.down.weight, self.down.bias)
+
+
 def clean(seed: int) -> nn.Module:
     return TinyLM(seed)
 
@@ -303,3 +333,11 @@ def underflows_in_fp32(seed: int) -> nn.Module:
 
 def skewed_below_float64(seed: int) -> nn.Module:
     return SkewedBelowFloat64(seed)
+
+
+def many_near_kinks(seed: int) -> nn.Module:
+    return ManyNearKinks(seed)
+
+
+def many_near_kinks_nudged_when_compiled(seed: int) -> nn.Module:
+    return ManyNearKinksNudgedWhenCompiled(seed)

@@ -563,22 +563,55 @@ def _check_parity_names_the_broken_tie() -> dict:
     from trainready.core.worker import execute_case
     from trainready.models.synthetic import BASE
     from trainready.suites import parity
+    from trainready.testing import faults
 
     config = {**BASE, "embeddings": "tied"}
     params = {"source": "synthetic", "model": "embeddings=tied", "config": config,
               "mode": "eager", "dtype": "fp32", "steps": 3}  # fmt: skip
     case = Case("parity", "synthetic/embeddings=tied/eager/fp32", params)
-    out = execute_case(parity, case, CaseContext("emu", "fp32", 300.0))
-    return {"status": out.status, **{k: out.diagnostics.get(k) for k in ("error", "broken_ties")}}
+    keys = ("error", "broken_ties", "ties_kept")
+    runs = {}
+    for fault in (None, "adamw_bias_correction"):  # with the ties kept: a right and a wrong step
+        lib = faults.plant(fault) if fault else None
+        try:
+            out = execute_case(parity, case, CaseContext("emu", "fp32", 300.0))
+        finally:
+            if lib is not None:
+                faults.remove(lib)
+        runs[fault or "clean"] = {"status": out.status, **{k: out.diagnostics.get(k) for k in keys}}
+    from trainready.probes import ties
+
+    def cannot(*args, **kwargs):  # a backend whose tensors cannot be swapped
+        raise RuntimeError("planted: no swap")
+
+    ties.move_keeping_ties, keeping = cannot, ties.move_keeping_ties
+    try:
+        out = execute_case(parity, case, CaseContext("emu", "fp32", 300.0))
+    finally:
+        ties.move_keeping_ties = keeping
+    runs["not kept"] = {"status": out.status, **{k: out.diagnostics.get(k) for k in keys}}
+    return runs
 
 
 def test_parity_on_emu_fails_a_tied_model_naming_the_broken_tie(emu) -> None:
     """The synthetic model whose LM head shares the embedding: on emu the move untied them, so the
-    embedding's gradient lacks the head's part; the case fails and says why first."""
-    out = emu(_check_parity_names_the_broken_tie)
-    assert out["status"] == "fail_numerics"
-    assert out["broken_ties"] == [["tok_embeddings.weight", "output.weight"]]
-    assert out["error"].startswith("tied parameters came apart on .to('emu')"), out["error"]
+    embedding's gradient lacks the head's part; the case fails and says why first, then judges
+    the model moved with its ties kept (a wrong optimizer kernel still caught there)."""
+    runs = emu(_check_parity_names_the_broken_tie)
+    for out in runs.values():
+        assert out["status"] == "fail_numerics"
+        assert out["broken_ties"] == [["tok_embeddings.weight", "output.weight"]]
+        assert out["error"].startswith("tied parameters came apart on .to('emu')"), out["error"]
+    # the numerics judged are the model's as built, where its ties could be kept
+    assert runs["clean"]["ties_kept"] is runs["adamw_bias_correction"]["ties_kept"] is True
+    not_kept = runs["not kept"]  # else the untied model's, and it fails on what the tie moved
+    assert not_kept["ties_kept"] == "no: RuntimeError: planted: no swap"
+    assert "With the ties kept" not in not_kept["error"] and "weight.grad" in not_kept["error"]
+    # then the device's numerics on the model with its ties kept: right, and a planted fault
+    assert runs["clean"]["error"].endswith("With the ties kept: numerics pass (every tensor and "
+                                           "the curve judged)")  # fmt: skip
+    wrong = runs["adamw_bias_correction"]["error"]
+    assert "With the ties kept: " in wrong and ".after_step rmse ratio" in wrong, wrong
 
 
 def _check_autocast() -> None:

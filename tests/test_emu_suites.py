@@ -122,6 +122,8 @@ def test_train_runs_eager_and_says_why_compiled_did_not(emu_all):
     # compatible with the CPU's, so `.to("emu")` made two parameters of it: found and named.
     assert r["status"] == "fail_numerics"
     assert r["diagnostics"]["error"].startswith("model: tied parameters came apart")
+    # and the processes trained and timed the model built: moved again with its ties kept
+    assert r["diagnostics"]["error"].endswith("Timed: the model moved with its ties kept")
     assert r["metrics"]["eager_cold_tokens_per_s"] > 0
     scenario = r["diagnostics"]["problems"]["compiled/cold"]
     assert scenario["status"] == "unsupported" and "inductor" in scenario["error"]

@@ -10,6 +10,7 @@ from torch import nn
 from tests.test_parity import _run
 from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
 from trainready.suites import parity_rejudge
+from trainready.testing import kink_branch
 
 
 def _found(model: nn.Module, x: torch.Tensor, rel_tol: float = 1e-5, limit: int = 8) -> list:
@@ -95,3 +96,40 @@ def test_a_clean_model_with_a_near_kink_passes_without_trying_flips():
     out = _run("near_kink")
     assert out.status == "pass", out.diagnostics.get("error")
     assert "kinks" not in out.diagnostics
+
+
+def test_the_near_kink_branch_flips_what_it_says_in_the_other_order_only():
+    branch = kink_branch.NearKinkBranch(8, seed=3)
+    a, b = branch.a.detach(), branch.b.detach()
+    exact = a.double() @ b.double()
+    found = _found(nn.Sequential(nn.ReLU()), exact, limit=parity_rejudge.MAX_KINKS)
+    assert len(found) == parity_rejudge.MAX_KINKS + 1  # more than kink_flips tries
+    near = exact.abs() < 1e-5 * exact.pow(2).mean().sqrt()
+    assert int(near.sum()) == kink_branch.N and not bool((exact[near] == 0).any())
+    plain, split = a @ b, kink_branch.split_k(a, b)
+    assert not bool(((plain > 0) != (exact > 0)).any())  # the CPU's plain run: every one right
+    assert int(((split > 0) != (exact > 0)).sum()) == kink_branch.FLIPPED
+
+
+def test_many_near_kinks_flipped_honestly_pass_against_the_pooled_honest_runs():
+    # 16 near-kink decisions (more than kink_flips tries), 3 of them taken the other way by the
+    # compiled model's honest summation order, none by the CPU's plain run
+    out = _run("many_near_kinks", mode="compile")
+    assert out.status == "pass", out.diagnostics.get("error")
+    assert out.diagnostics["kinks"]["near"] == f"more than {parity_rejudge.MAX_KINKS}: none tried"
+    assert out.diagnostics["pooled_for"] == "near-kink decisions"
+    assert out.diagnostics["same_dtype_baseline"].startswith("the CPU")
+    assert out.diagnostics["pooled_baseline"] >= 3  # the CPU's run and independently rounded ones
+
+
+def test_without_the_kink_judgement_many_honest_flips_fail(monkeypatch):
+    monkeypatch.setattr(parity_rejudge, "KINK_REL_TOL", {})
+    out = _run("many_near_kinks", mode="compile")
+    assert out.status == "fail_numerics" and "a.grad" in out.diagnostics["error"]
+    assert "pooled_for" not in out.diagnostics
+
+
+def test_a_gradient_fault_beside_many_near_kinks_is_not_pooled_away():
+    out = _run("many_near_kinks_nudged_when_compiled", mode="compile")
+    assert out.status == "fail_numerics" and "down.weight.grad" in out.diagnostics["error"]
+    assert out.diagnostics["pooled_for"] == "near-kink decisions"

@@ -284,7 +284,8 @@ def test_two_faults_on_one_op_cannot_be_planted_together():
 def test_every_fault_says_what_it_imitates_and_where_it_runs():
     from trainready.models.synthetic import variants
 
-    names = {name for name, _ in variants("quick")} | {f"custom/{faults.SHARP_ATTENTION}"}
+    factories = (faults.SHARP_ATTENTION, faults.NEAR_KINKS)
+    names = {name for name, _ in variants("quick")} | {f"custom/{f}" for f in factories}
     for fault in faults.FAULTS.values():
         assert fault.expect in ("catch", "pass") and fault.imitates and fault.kernels
         assert {fault.parity_case, *fault.also_on} <= names
@@ -292,7 +293,8 @@ def test_every_fault_says_what_it_imitates_and_where_it_runs():
         assert f"`{fault.name}`" in faults.__doc__
     for fault in faults.MODEL_FAULTS.values():
         assert fault.expect in ("catch", "pass") and fault.imitates
-        assert fault.parity_case in names and not set(faults.FAULTS) & {fault.name}
+        assert {fault.parity_case, *fault.also_on} <= names
+        assert not set(faults.FAULTS) & {fault.name}
     required = {f.name for f in faults.MODEL_FAULTS.values() if f.required("bf16")}
     assert "attn_scale_2pct" in required and "linear_wgrad_1pct" not in required
 

@@ -266,8 +266,9 @@ def test_a_fast_wrong_compiled_run_fails_numerics():
 
 
 def test_ties_a_move_broke_fail_the_case_and_keep_its_numbers():
-    """A device whose move untied the embedding from the LM head trained another model: the
-    case fails with the tie named, its speeds still reported; kept ties change nothing."""
+    """A device whose move untied the embedding from the LM head: the case fails with the tie
+    named and which model was timed (the one with its ties kept, or the untied one and why),
+    its speeds still reported; kept ties change nothing."""
     runs = _runs()
     for s in runs["eager"] + runs["compiled"]:
         s.record["device"] = "emu:0"
@@ -276,7 +277,14 @@ def test_ties_a_move_broke_fail_the_case_and_keep_its_numbers():
     assert out.status == "fail_numerics"
     assert out.diagnostics["error"].startswith("model: tied parameters came apart on .to('emu:0')")
     assert "embed.weight = head.weight" in out.diagnostics["error"]
+    assert out.diagnostics["error"].endswith("Timed: the model moved with its ties kept")
     assert "compiled_speedup" in out.metrics
+    for s in runs["eager"] + runs["compiled"]:
+        s.record["ties_not_kept"] = "RuntimeError: no swap"
+    error = judge(PARAMS, runs, PEAK).diagnostics["error"]
+    assert error.endswith(
+        "Timed: the untied model (the ties could not be kept: RuntimeError: no swap)"
+    )
     kept = _runs()
     for s in kept["eager"]:
         s.record["broken_ties"] = []

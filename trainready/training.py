@@ -155,14 +155,28 @@ def rank_slice(tokens: torch.Tensor, rank: int, world: int) -> torch.Tensor:
 # --- model preparation (TorchTitan's order: activation checkpointing, compile, FSDP) ---------------
 
 
-def build_model(spec: TrainSpec, device: str) -> tuple[Qwen3, list[tuple[str, ...]]]:
+def build_model(spec: TrainSpec, device: str) -> tuple[Qwen3, list[tuple[str, ...]], str | None]:
     """The model initialised from the seed (drawn on the CPU, so every device and rank agrees),
-    moved to the device as a user moves it, and the tied parameters that move broke apart."""
-    model = Qwen3(qwen3_config(spec.model, **spec.model_overrides))
-    model.init_weights(seed=spec.seed)
-    if spec.dtype == "bf16" and spec.precision == "bf16_params" and not _distributed():
-        model = model.to(torch.bfloat16)
-    return ties.move(model, device)
+    moved to the device as a user moves it; the tied parameters that move broke apart; and
+    where it broke any, None if the model returned is a fresh one moved with its ties kept (the
+    model built, which the process then trains and times: `ties.move_keeping_ties`), else why
+    not (the untied model returned)."""
+
+    def built() -> Qwen3:
+        model = Qwen3(qwen3_config(spec.model, **spec.model_overrides))
+        model.init_weights(seed=spec.seed)
+        if spec.dtype == "bf16" and spec.precision == "bf16_params" and not _distributed():
+            model = model.to(torch.bfloat16)
+        return model
+
+    model, broken = ties.move(built(), device)
+    if not broken:
+        return model, broken, None
+    del model  # off the device before the second copy goes there
+    try:
+        return ties.move_keeping_ties(built(), device), broken, None
+    except Exception as e:  # noqa: BLE001 - the untied model is trained, the reason kept
+        return ties.move(built(), device)[0], broken, f"{type(e).__name__}: {e}"
 
 
 def apply_activation_checkpointing(model: Qwen3) -> None:
@@ -374,7 +388,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
     """Run `spec` on this process's device and return what was measured (see the module doc)."""
     device = device or spec.device
     torch.manual_seed(spec.seed)
-    model, broken_ties = build_model(spec, device)
+    model, broken_ties, ties_not_kept = build_model(spec, device)
     config = model.config
     # N as TorchTitan counts it: input embedding out unless tied, routed experts at top_k / E.
     params = num_params(model, exclude_embedding=True, active=True)
@@ -415,6 +429,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         "reference_flops": reference,
         "reference_workload": reference_workload(device, spec.dtype),
         "broken_ties": [list(g) for g in broken_ties],
+        "ties_not_kept": ties_not_kept,
         "losses": losses,
         "tokens_per_step": spec.tokens_per_step,
         "params": params,

@@ -52,6 +52,14 @@ class Trace:
     step_s: float = 0.0  # median of the later steps
     aux: torch.Tensor | None = None  # the model's auxiliary (MoE balancing) loss, if it trains one
     broken_ties: list[tuple[str, ...]] = field(default_factory=list)  # by the move to the device
+    # Where the move broke ties: None if the run trained the model moved with its ties kept
+    # (`ties.move_keeping_ties`), else why it could not (then it trained the untied model).
+    ties_not_kept: str | None = None
+
+    @property
+    def untied(self) -> bool:
+        """Whether the run trained a model whose ties the move broke (not the model built)."""
+        return bool(self.broken_ties) and self.ties_not_kept is not None
 
     def named(self, after_step: bool = True) -> dict[str, torch.Tensor]:
         """Every compared tensor under the name a report shows."""
@@ -120,10 +128,29 @@ def param_dtype(spec: Spec) -> torch.dtype:
     return torch.float64 if spec.dtype == "fp64" else torch.float32
 
 
-def place(model: nn.Module, spec: Spec) -> tuple[nn.Module, list[tuple[str, ...]]]:
+@dataclass
+class Placed:
+    """A model on the device: `module`, the ties the move as a user writes it broke
+    (`probes/ties.py`), and where it broke any, why they could not be kept (None: `module` is
+    the model moved with its ties kept)."""
+
+    module: nn.Module
+    broken_ties: list[tuple[str, ...]]
+    ties_not_kept: str | None = None
+
+
+def place(model: nn.Module, spec: Spec) -> Placed:
     """A copy of `model` on the spec's device in the spec's parameter dtype, moved as a user
-    moves it, and the tied parameters that move broke apart (`probes/ties.py`)."""
-    return ties.move(copy.deepcopy(model), device=spec.device, dtype=param_dtype(spec))
+    moves it; where that move breaks ties, a copy moved with its ties kept instead (the model
+    built, whose numerics the run then judges), else the untied one with the reason."""
+    where = {"device": spec.device, "dtype": param_dtype(spec)}
+    moved, broken = ties.move(copy.deepcopy(model), **where)
+    if not broken:
+        return Placed(moved, broken)
+    try:
+        return Placed(ties.move_keeping_ties(copy.deepcopy(model), **where), broken)
+    except Exception as e:  # noqa: BLE001 - the untied model is judged, the reason kept
+        return Placed(moved, broken, f"{type(e).__name__}: {e}")
 
 
 def on_device(data: Data | TaskData, spec: Spec) -> Data | TaskData:
@@ -150,7 +177,8 @@ def train(
     on_first_step: Callable[[], None] | None = None,
 ) -> Trace:
     """Run `spec.steps` steps; `on_first_step` is called once the first step is done (phases)."""
-    m, broken = place(model, spec)
+    placed = place(model, spec)
+    m = placed.module
     fn = compiled(m, spec.compile_backend) if spec.compile_backend else m
     d = on_device(data, spec)
     opt = make_optimizer(list(m.parameters()), spec)
@@ -186,7 +214,8 @@ def train(
         first_step_s=times[0],
         step_s=statistics.median(times[1:]) if len(times) > 1 else times[0],
         aux=first["aux"],
-        broken_ties=broken,
+        broken_ties=placed.broken_ties,
+        ties_not_kept=placed.ties_not_kept,
     )
 
 
@@ -234,7 +263,8 @@ def first_step(
 ) -> Trace:
     """Forward and backward of the first step only (no optimizer step): loss, logits, grads.
     `around` wraps exactly the forward and backward (a probe), not the copies around them."""
-    m, broken = place(model, spec)
+    placed = place(model, spec)
+    m = placed.module
     d = on_device(data, spec)
     with around or contextlib.nullcontext():
         loss, logits, aux = forward_loss(m, m, d, spec)
@@ -243,7 +273,8 @@ def first_step(
     grads = {n: _cpu(p.grad) for n, p in m.named_parameters() if p.grad is not None}
     curve = [float(loss.detach().double().cpu())]
     aux = None if aux is None else _cpu(aux)
-    return Trace(_cpu(loss), _cpu(logits), grads, {}, curve, aux=aux, broken_ties=broken)
+    ties_seen = {"broken_ties": placed.broken_ties, "ties_not_kept": placed.ties_not_kept}
+    return Trace(_cpu(loss), _cpu(logits), grads, {}, curve, aux=aux, **ties_seen)
 
 
 @dataclass

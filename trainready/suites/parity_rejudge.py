@@ -4,11 +4,12 @@
 reference's own rounding noise on the failing tensors, independent runs that round elementwise
 ops too, more seeds where every failure is borderline, and, where something still fails, the
 float64 code path rounded to the dtype at every op (`probes/rounded.py`: what every run at the
-dtype shares, which the runs' spread cannot see). `pooled` (cases judged against the
-CPU's one eager run: compiled, or on a device, where every failure is borderline): that run's
-distance from float64 pooled with independently rounded runs' distances. `kink_flips` (any case whose tensors
-fail): the reference with one near-kink ReLU decision flipped, a decision an honest run at the
-dtype may take either way (`probes/kinks.py`). Each returns the problems left.
+dtype shares, which the runs' spread cannot see). `pooled` (cases judged against the CPU's one
+eager run: compiled, or on a device, where every failure is borderline, or where near-kink
+decisions are more than `kink_flips` settles): that run's distance from float64 pooled with
+independently rounded runs' distances. `kink_flips` (any case whose tensors fail): the
+reference with one near-kink ReLU decision flipped, a decision an honest run at the dtype may
+take either way (`probes/kinks.py`). Each returns the problems left.
 """
 
 from __future__ import annotations
@@ -129,16 +130,19 @@ def pooled(
     phase: Callable,
     verdicts: dict[str, Verdict],
     replay: list[torch.Tensor] | None,
-) -> Baseline | None:
-    """The baseline of a case judged against the CPU's one eager run (compiled, or on a device)
-    whose failures more honest runs can settle (`borderline`, tensors allowed nothing included),
-    made from more samples: that run's distance from float64 is one sample of an honest run's,
-    and so is each independently rounded CPU run's (two, then `MORE_SEEDS` where they fit the
-    budget); the noise is their rms, with the reference's own rounding noise on the failing
-    tensors added. A lucky run (one that lands nearer float64 than honest runs do) no longer
-    sets the bar; a fault past BORDERLINE is never pooled away. None where no independently
-    rounded run can be made (why: `pooled_baseline`)."""
-    ref, _, base = checked
+    problems: list[str],
+) -> tuple[Baseline, list[str], dict[str, Verdict]]:
+    """A case judged against the CPU's one eager run (compiled, or on a device) judged again
+    against a baseline of more samples: that run's distance from float64 is one sample of an
+    honest run's, and so is each independently rounded CPU run's (two, then `MORE_SEEDS` where
+    they fit the budget); the noise is their rms, with the reference's own rounding noise on the
+    failing tensors added. A lucky run (one that lands nearer float64 than honest runs do) no
+    longer sets the bar. The caller pools only what more honest runs can settle: failures that
+    are all borderline (`borderline`), or a model whose near-kink decisions the one-by-one
+    flips do not settle (`kink_flips`), which independently rounded runs take either way as
+    rounding does. (The baseline, the problems and the verdicts: the ones given where no
+    independently rounded run can be made, why in `pooled_baseline`.)"""
+    ref, dev, base = checked
     noise = reference_noise(subject, data, ref, verdicts, phase, replay)
     if noise:
         out.diagnostics["reference_noise"] = {n: float(v) for n, v in noise.items()}
@@ -146,11 +150,15 @@ def pooled(
         more, why = independent(subject, data, base.dtype, steps, INDEPENDENT_SEEDS, replay)
     if more is None:
         out.diagnostics["pooled_baseline"] = f"none: {why}"
-        return None
+        return base, problems, verdicts
     more = more_runs(subject, data, steps, more, out, phase, replay, pointwise=False)
     out.diagnostics["independent_rounding"] = more.counts
     out.diagnostics["pooled_baseline"] = 1 + len(more.runs)
-    return Baseline("pooled", base.runs + more.runs, base.dtype, base.routed, more.counts, noise)
+    base = Baseline("pooled", base.runs + more.runs, base.dtype, base.routed, more.counts, noise)
+    out.diagnostics["same_dtype_baseline"] = base.describe()
+    with phase("check"):
+        problems, verdicts = check(subject, ref, dev, base, base.dtype, out)
+    return base, problems, verdicts
 
 
 def kink_flips(
@@ -162,17 +170,19 @@ def kink_flips(
     phase: Callable,
     replay: list[torch.Tensor] | None,
     problems: list[str],
-) -> list[str]:
+) -> tuple[list[str], bool]:
     """A case whose tensors failed, judged again against the reference with one decision of a
     ReLU-family module flipped, for each element the reference's first step puts within
     KINK_REL_TOL of its input's rms from a kink (the nearest MAX_KINKS; none tried where there
     are more): honest runs may take such a decision either way (`probes/kinks.py`). The noise
-    stays the baselines' distance from the plain reference. The problems left ([] where one
-    flip explains the device's run, named in `kinks.flipped`)."""
+    stays the baselines' distance from the plain reference. (The problems left, [] where one
+    flip explains the device's run, named in `kinks.flipped`; and whether near-kink decisions
+    were found that this did not settle: more than MAX_KINKS, or none alone explains the run,
+    which may have taken several.)"""
     ref, dev, base = checked
     rel_tol = KINK_REL_TOL.get(dtype)
     if rel_tol is None or not name_kinks(subject.model):
-        return problems
+        return problems, False
     found: list[Kink] = []
     reference = Spec("cpu", "fp64", 1)
     with phase("kinks"), near_kinks(rel_tol, found, MAX_KINKS), replaying(replay):
@@ -182,7 +192,7 @@ def kink_flips(
     if not found or len(found) > MAX_KINKS:
         if found:
             report["near"] = f"more than {MAX_KINKS}: none tried"
-        return problems
+        return problems, bool(found)
     for kink in found:
         with phase("kinks"), flipping(kink), replaying(replay):
             flipped = first_step(subject.model, data, reference)
@@ -194,7 +204,7 @@ def kink_flips(
             left, _ = check(subject, one, dev, base, dtype, out, noise_ref=ref)
         if not left:
             report["flipped"] = kink.to_json()
-            return []
+            return [], False
     with phase("check"):  # the diagnostics of the plain judgement again
         left, _ = check(subject, ref, dev, base, dtype, out)
-    return left
+    return left, True

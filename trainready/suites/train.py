@@ -161,12 +161,19 @@ def _problems(runs: dict[str, list[Scenario]]) -> dict[str, dict[str, Any]]:
 
 def _broken_ties(runs: dict[str, list[Scenario]]) -> str | None:
     """The tied parameters a training process's move to the device broke (`probes/ties.py`),
-    as one line; None where every move kept them (or no process said)."""
+    as one line, with which model the numbers are of; None where every move kept them (or no
+    process said)."""
     for scenarios in runs.values():
         for s in scenarios:
             if s.record and s.record.get("broken_ties"):
                 groups = [tuple(g) for g in s.record["broken_ties"]]
-                return ties.describe(groups, s.record["device"])
+                why_not = s.record.get("ties_not_kept")
+                timed = (
+                    "the model moved with its ties kept"
+                    if why_not is None
+                    else f"the untied model (the ties could not be kept: {why_not})"
+                )
+                return f"{ties.describe(groups, s.record['device'])}. Timed: {timed}"
     return None
 
 
@@ -210,7 +217,7 @@ def judge(
     statuses = [s.status for scenarios in runs.values() for s in scenarios]
     problems = _problems(runs)
     broken = _broken_ties(runs)
-    if broken:  # the model trained is not the one built: every number is of another model
+    if broken:  # the model a user moves that way is not the one built
         statuses.append("fail_numerics")
         problems = {"model": {"status": "fail_numerics", "error": broken}, **problems}
     parity: dict[str, Any] = {}

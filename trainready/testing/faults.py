@@ -50,6 +50,12 @@ must not fail it for that.
 - `sum_reordered`: `aten::sum.dim_IntList` over the input reversed along the reduced dims, so the
   additions happen in another order (as a tree reduction on a device would).
 
+Where the model has many ReLU decisions within rounding of the kink, another order flips some of
+them, and the rule then pools independently rounded runs (`parity_rejudge.pooled`): the GEMM,
+optimizer and mask faults, both orders and three model faults also run on such a model
+(`kink_branch.FACTORY`, the base model with a branch of 16 such decisions, three of which the
+split-K order flips), to show that this pooling passes the one and still catches the others.
+
 Model-level faults (`MODEL_FAULTS`, planted with `planted(name, where)`, a context manager): bugs
 in the model's own code or its optimizer -- attention scores 2% / 10% too large, a 1% weight-
 gradient error in one Linear, a 1% input-gradient error in one layer, `wq`'s gradient 5% / 10%
@@ -76,6 +82,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+from trainready.testing.kink_branch import FACTORY as NEAR_KINKS
+from trainready.testing.kink_branch import split_k
 
 ENV_VAR = "TRAINREADY_FAULTS"
 DISPATCH_KEY = "PrivateUse1"
@@ -180,9 +189,7 @@ def _mm_split_k(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _hit("split_k_gemm", "aten::mm")
     acc = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
     a32, b32 = _cpu(a).to(acc), _cpu(b).to(acc)
-    half = a.shape[1] // 2
-    out = a32[:, :half] @ b32[:half] + a32[:, half:] @ b32[half:]
-    return out.to(torch.promote_types(a.dtype, b.dtype)).to(a.device)
+    return split_k(a32, b32).to(torch.promote_types(a.dtype, b.dtype)).to(a.device)
 
 
 def _out_variant(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
@@ -316,6 +323,7 @@ FAULTS: dict[str, Fault] = {
             "GEMM that reads transposed operands as row-major (the stride bug)",
             {"mm": _mm_contiguous_only, "mm.out": _out_variant(_mm_contiguous_only)},
             matmul=True,
+            also_on=(f"custom/{NEAR_KINKS}",),
         ),
         Fault(
             "norm_backward_1pct",
@@ -330,12 +338,14 @@ FAULTS: dict[str, Fault] = {
             "catch",
             "SDPA's causal mask dropped (every query sees the future)",
             {"tril": _tril_dropping_masks},
+            also_on=(f"custom/{NEAR_KINKS}",),
         ),
         Fault(
             "adamw_bias_correction",
             "catch",
             "AdamW's second-moment bias correction skipped",
             {"_foreach_div_.ScalarList": _foreach_div_skipped},
+            also_on=(f"custom/{NEAR_KINKS}",),
         ),
         Fault(
             "split_k_gemm",
@@ -343,12 +353,14 @@ FAULTS: dict[str, Fault] = {
             "GEMM as two K-halves accumulated in fp32 (split-K: another order)",
             {"mm": _mm_split_k, "mm.out": _out_variant(_mm_split_k)},
             matmul=True,
+            also_on=(f"custom/{NEAR_KINKS}",),
         ),
         Fault(
             "sum_reordered",
             "pass",
             "sum over the reduced dims in reverse order (another reduction order)",
             {"sum.dim_IntList": _sum_reordered},
+            also_on=(f"custom/{NEAR_KINKS}",),
         ),
     )
 }
@@ -536,9 +548,7 @@ class _SplitKLinear(torch.nn.Linear):
         with torch.autocast(kind, enabled=False):
             a, w = x.to(dtype), self.weight.to(dtype)
             acc = torch.promote_types(dtype, torch.float32)
-            half = a.shape[-1] // 2
-            y = a[..., :half].to(acc) @ w[:, :half].t().to(acc)
-            y = (y + a[..., half:].to(acc) @ w[:, half:].t().to(acc)).to(dtype)
+            y = split_k(a.to(acc), w.t().to(acc)).to(dtype)
             return y if self.bias is None else y + self.bias.to(dtype)
 
 
@@ -789,16 +799,19 @@ MODEL_FAULTS: dict[str, ModelFault] = {
         ModelFault("linear_wgrad_1pct", "catch", "one Linear's weight gradient 1% too large "
                    "(layers.0 w2)", 0.01, _model_patch(
                        "linear_wgrad_1pct", lambda m: [m.layers[0].feed_forward.w2],
-                       lambda: _GradScaledLinear, 1.01)),
+                       lambda: _GradScaledLinear, 1.01),
+                   also_on=(f"custom/{NEAR_KINKS}",)),
         ModelFault("layer_dgrad_1pct", "catch", "one layer's input gradient 1% too large "
                    "(layers.1)", 0.01, _model_patch(
                        "layer_dgrad_1pct", lambda m: [m.layers[1]], _block_class, 1.01)),
         ModelFault("wq_grad_5pct", "catch", "wq's weight gradient 5% too large (every layer)",
-                   0.05, _model_patch("wq_grad_5pct", _wq, lambda: _GradScaledLinear, 1.05)),
+                   0.05, _model_patch("wq_grad_5pct", _wq, lambda: _GradScaledLinear, 1.05),
+                   also_on=(f"custom/{NEAR_KINKS}",)),
         ModelFault("wq_grad_10pct", "catch", "wq's weight gradient 10% too large (every layer)",
                    0.10, _model_patch("wq_grad_10pct", _wq, lambda: _GradScaledLinear, 1.10)),
         ModelFault("adamw_lr_3pct", "catch", "AdamW's learning rate 3% too high", 0.03,
-                   _optimizer_fault("adamw_lr_3pct", lr_scale=1.03)),
+                   _optimizer_fault("adamw_lr_3pct", lr_scale=1.03),
+                   also_on=(f"custom/{NEAR_KINKS}",)),
         ModelFault("adamw_no_weight_decay", "catch", "AdamW's weight decay dropped", None,
                    _optimizer_fault("adamw_no_weight_decay", weight_decay=0.0)),
         ModelFault("adamw_no_bias_correction", "catch", "AdamW's bias correction missing", None,
