@@ -333,6 +333,9 @@ def _worst(suite: str, diagnostics: dict[str, Any]) -> tuple[str, float | None, 
             return "", None, "", {}
         w = worst[0]
         curve = diagnostics.get("curve", {})
+        routing = diagnostics.get("routing") or {}
+        if w["ok"] and routing.get("beyond_noise"):  # failed on its top-k decisions alone
+            return "top-k routing", routing["worst_ratio"], "routing_flips", {}
         if w["ok"] and not curve.get("ok", True):
             return "loss curve", _curve_ratio(curve), "curve", {}
         return w["tensor"], w["ratio"], w["rule"], w
@@ -683,8 +686,10 @@ def document(rows: list[Row], command: str, seconds: float, backend: str) -> str
             "allows and the rule, i.e. the noise it was judged against: `noise_vs_independent` "
             "(the CPU's own independently rounded runs), `noise_vs_cpu` (the CPU's same-dtype "
             "eager run; flex: the dense reference math at the dtype), `noise_vs_cpu_optimizer` "
-            "(the CPU's fp32 AdamW step), `noise_vs_single_process` (dist: the same computation "
-            "in one process at the dtype); `curve` is the loss curve's largest deviation over its "
+            "(the CPU's fp32 AdamW step), `noise_vs_cpu_pooled` (that run pooled with "
+            "independently rounded ones), `noise_vs_single_process` (dist: the same computation "
+            "in one process at the dtype), `routing_flips` (a case failed on its top-k decisions "
+            "alone: the worst flip's float64 gap over what the score noise allows); `curve` is the loss curve's largest deviation over its "
             "noise-derived tolerance; `bug calls` counts the calls in which the planted bug acted "
             "(compiled: the traces holding it; flex: builds of the planted mods for the kernel; "
             "dist: planted reductions over every rank).",

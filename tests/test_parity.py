@@ -410,3 +410,30 @@ def test_routing_flips_within_the_noise_are_honest_and_far_ones_are_not():
     wrong = flips(ref, base, "bf16", kappa2=2.0)
     assert (wrong.flipped, wrong.beyond_noise) == (1, 1) and wrong.worst_ratio > 1
     assert FLIP_ALLOWANCE * 0.02 < 0.3
+
+
+def test_pooled_routing_noise_is_the_rms_of_the_runs_distances_over_their_kappas():
+    """One run's score noise and worst flip are one sample of an honest run's: pooled with
+    independently rounded runs (kappa2 2), a flip just past what the one run allows is judged
+    by all of them; a far one still fails."""
+    from trainready.probes.routing import FLIP_ALLOWANCE, Call, Routing, flips
+
+    scores = torch.tensor([[0.50, 0.30, 0.2000], [0.40, 0.35, 0.2500]], dtype=torch.float64)
+    natural = torch.tensor([[0], [0]])
+
+    def run(forced, shift):
+        r = Routing(replay=[])
+        r.calls = [Call(scores + shift, natural, forced, True)]
+        return r
+
+    near = torch.tensor([[0], [1]])  # row 1 flips to expert 1, 0.05 behind float64's pick
+    ref, lucky = run(near, 0.0), run(near, 0.01)  # the CPU's one run: 0.01 from float64
+    one = flips(ref, [lucky], "bf16")
+    assert one.beyond_noise == 1 and 1 < one.worst_ratio <= 2  # 0.05 > FLIP_ALLOWANCE x ~0.011
+    honest = [run(near, 0.02 * (-1) ** i) for i in range(4)]  # sqrt(2) x 0.02 each, kappa2 2
+    pooled = flips(ref, [lucky, *honest], "bf16", pooled_kappa2=[1.0] + [2.0] * 4)
+    assert pooled.baselines == 5 and pooled.beyond_noise == 0
+    far = torch.tensor([[2], [0]])  # row 0 to expert 2, 0.3 behind: a wrong router
+    wrong = flips(run(far, 0.0), [run(far, 0.01), *[run(far, 0.02)] * 4], "bf16",
+                  pooled_kappa2=[1.0] + [2.0] * 4)  # fmt: skip
+    assert wrong.beyond_noise == 1 and wrong.worst_ratio > 2 and FLIP_ALLOWANCE * 0.02 < 0.3

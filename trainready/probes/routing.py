@@ -118,6 +118,7 @@ class Flips:
     beyond_noise: int = 0  # flipped rows whose float64 gap exceeds the noise
     worst_ratio: float = 0.0  # the largest gap over its tolerance among flipped rows
     honest_worst: float = 0.0  # the largest gap, in noises, of a flip an honest run made
+    baselines: int = 0  # the honest runs judged by (more where a borderline flip was pooled)
     diverged: int | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -139,16 +140,22 @@ def _gaps(scores: torch.Tensor, chosen: torch.Tensor, natural: torch.Tensor, lar
 
 
 def flips(
-    reference: Routing, baselines: list[Routing], dtype: str, kappa2: float | None = None
+    reference: Routing,
+    baselines: list[Routing],
+    dtype: str,
+    kappa2: float | None = None,
+    pooled_kappa2: list[float] | None = None,
 ) -> Flips:
     """Judge the recorded decisions against the float64 reference's scores (`reference`, a
     replaying float64 run), in units of the call's score noise: with two independently rounded
-    baselines (`kappa2` given), their rms disagreement over sqrt(2 kappa2); with one (the CPU at
-    the dtype), its rms distance from float64. A flip is honest within the larger of
-    FLIP_ALLOWANCE noises and twice the worst flip the honest baselines would have made
-    themselves (their own top-k of their own scores at the same call: a tie-prone router flips
-    often and far in every run)."""
-    out = Flips(calls=len(reference.calls), diverged=reference.diverged)
+    baselines (`kappa2` given), their rms disagreement over sqrt(2 kappa2); pooled
+    (`pooled_kappa2`: each baseline's rounding variance over a plain run's), the rms of the
+    baselines' distances from float64, each over its kappa; with one (the CPU at the dtype),
+    its rms distance from float64. A flip is honest within the larger of FLIP_ALLOWANCE noises
+    and twice the worst flip the honest baselines would have made themselves (their own top-k
+    of their own scores at the same call: a tie-prone router flips often and far in every
+    run)."""
+    out = Flips(calls=len(reference.calls), diverged=reference.diverged, baselines=len(baselines))
     for b in baselines:
         if b.diverged is not None and (out.diverged is None or b.diverged < out.diverged):
             out.diverged = b.diverged
@@ -156,7 +163,13 @@ def flips(
     for i, call in enumerate(reference.calls):
         out.decisions += call.forced.reshape(-1, call.forced.shape[-1]).shape[0]
         seen = [b.calls[i] for b in baselines if i < len(b.calls)]
-        if kappa2 is not None and len(seen) >= 2:
+        if pooled_kappa2 is not None and seen:
+            pairs = zip(baselines, pooled_kappa2, strict=True)
+            spread = [
+                _rms(b.calls[i].scores - call.scores) ** 2 / k for b, k in pairs if i < len(b.calls)
+            ]
+            noise = math.sqrt(sum(spread) / len(spread))
+        elif kappa2 is not None and len(seen) >= 2:
             noise = _rms(seen[0].scores - seen[1].scores) / math.sqrt(2.0 * kappa2)
         elif seen:
             noise = _rms(seen[0].scores - call.scores)

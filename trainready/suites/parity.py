@@ -122,7 +122,7 @@ from trainready.suites.parity_plan import (
     mode_pairs,
 )
 from trainready.suites.parity_rejudge import escalated, kink_flips, pooled
-from trainready.suites.parity_verdicts import borderline, check
+from trainready.suites.parity_verdicts import BORDERLINE, borderline, check
 
 __all__ = [
     "NAME",
@@ -442,7 +442,9 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
         dev = _eager(subject, data, spec, phase, out, None, recorder)
         if recorder is not None:
             with phase("routing"):
-                pinned = pin(subject, data, spec, dev, recorder, kind, dtype, out)
+                pinned = pin(
+                    subject, data, spec, dev, recorder, kind, dtype, out, pool_within=BORDERLINE
+                )
             if pinned is None:
                 with phase("train"):
                     dev = train(subject.model, data, spec)

@@ -37,6 +37,10 @@ The faults, each a class of bug that device kernels really have:
 - `attention_mask_dropped`: the boolean `aten::tril` that builds the causal mask of the math SDPA
   path (`is_causal=True`) returns the mask unmasked: every query sees the future. Imitates an
   attention kernel that ignores `is_causal` or the mask it is given for some shapes or layouts.
+- `topk_next_best`: `aten::topk` (the MoE router's) returns, for every fourth row, the
+  (k+1)-th best expert as its k-th pick: a wrong top-k kernel that misroutes some tokens. The
+  parity suite replays the device's routing in every run, so the tensors agree; the decisions,
+  judged on their own against float64's scores, must show it (`moe=topk`).
 - `adamw_bias_correction`: the foreach division of sqrt(v) by sqrt(1 - beta2^t)
   (`aten::_foreach_div_.ScalarList`, used by AdamW's foreach step) does nothing: the second-moment
   bias correction is skipped, a classic bug of fused optimizer kernels (31.6x too large a step at
@@ -254,6 +258,28 @@ def _foreach_div_skipped(tensors: list[torch.Tensor], scalars: list[float]) -> N
     _hit("adamw_bias_correction", "aten::_foreach_div_.ScalarList")
 
 
+# --- topk_next_best -------------------------------------------------------------------------------
+
+
+def _topk_next_best(
+    x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """topk whose k-th pick is the (k+1)-th best in every TOPK_EVERY-th row: a router kernel
+    that routes some tokens to the wrong expert."""
+    xc = _cpu(x).movedim(dim, -1)
+    n = xc.shape[-1]
+    values, indices = torch.topk(xc, min(k + 1, n), -1, largest, sorted)
+    values, indices = values[..., :k].clone(), indices[..., :k].clone()
+    if k < n:
+        _hit("topk_next_best", "aten::topk")
+        wrong_v, wrong_i = torch.topk(xc, k + 1, -1, largest, True)
+        rows_v, rows_i = values.reshape(-1, k), indices.reshape(-1, k)
+        rows_v[::TOPK_EVERY, -1] = wrong_v.reshape(-1, k + 1)[::TOPK_EVERY, -1]
+        rows_i[::TOPK_EVERY, -1] = wrong_i.reshape(-1, k + 1)[::TOPK_EVERY, -1]
+    back = (values.movedim(-1, dim), indices.movedim(-1, dim))
+    return back[0].to(x.device), back[1].to(x.device)
+
+
 # --- sum_reordered --------------------------------------------------------------------------------
 
 
@@ -284,6 +310,7 @@ def _sum_reordered(
 # bf16 can resolve (`weak_on`). Measured on 11 models (QK gains 1-10, wo and wv gains 1-4, ALiBi
 # over 32-128 tokens), the fault never moved a tensor by more than 2.5 times bf16's noise on it.
 QK_GAIN = 10.0
+TOPK_EVERY = 4  # topk_next_best: the rows it misroutes
 SHARP_ATTENTION = "trainready.testing.faults:sharp_attention"
 
 
@@ -346,6 +373,13 @@ FAULTS: dict[str, Fault] = {
             "AdamW's second-moment bias correction skipped",
             {"_foreach_div_.ScalarList": _foreach_div_skipped},
             also_on=(f"custom/{NEAR_KINKS}",),
+        ),
+        Fault(
+            "topk_next_best",
+            "catch",
+            "top-k that routes every 4th token's last pick to the next-best expert",
+            {"topk": _topk_next_best},
+            parity_case="moe=topk",
         ),
         Fault(
             "split_k_gemm",
