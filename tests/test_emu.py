@@ -830,3 +830,25 @@ def test_a_borderline_routing_flip_is_judged_against_pooled_honest_runs(emu) -> 
     single = emu(_check_routing_flip_judged_by_pooled_honest_runs, False)
     assert single["status"] == "fail_numerics" and single["routing"]["baselines"] == 1
     assert single["error"].startswith("top-k routing: 1 of"), single["error"]
+
+
+def _check_pinned_host_memory() -> dict:
+    _emu()
+    t = torch.arange(1000, dtype=torch.float32)
+    pinned = t.pin_memory()
+    empty = torch.empty(10, pin_memory=True)
+    moved = pinned.to("emu", non_blocking=True)  # what DCP and DataLoader(pin_memory) do
+    return {
+        "pinned": pinned.is_pinned(), "plain": t.is_pinned(), "empty": empty.is_pinned(),
+        "view": pinned[10:].is_pinned(), "same": torch.equal(pinned, t),
+        "copied": torch.equal(moved.cpu(), t), "device": str(pinned.device),
+    }  # fmt: skip
+
+
+def test_pinned_host_memory_is_host_memory_that_is_pinned_says_so(emu) -> None:
+    """As a vendor backend's: pin_memory() returns host memory the device reads from, is_pinned()
+    tells it (and views into it) from other host memory, and a non_blocking copy from it lands
+    (DCP stages checkpoint shards this way: it failed on emu without)."""
+    out = emu(_check_pinned_host_memory)
+    assert out == {"pinned": True, "plain": False, "empty": True, "view": True, "same": True,
+                   "copied": True, "device": "cpu"}  # fmt: skip

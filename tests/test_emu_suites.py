@@ -197,6 +197,17 @@ def test_dist_compiled_fsdp2_is_unsupported_with_the_reason_before_the_ranks_sta
         assert "start_s" not in r["metrics"]  # decided before any rank started
 
 
+def test_distributed_checkpoint_saves_and_loads_through_emus_pinned_host_memory(tmp_path):
+    """DCP stages shards in pinned host memory for its non_blocking copies: on emu before it had
+    any, the case failed ("emu has no pinned host memory"); as on a vendor backend, it passes."""
+    p = cli("run", "dist", "--device", "emu", *IMPORT, "--preset", "quick",
+            "--filter", "dist/dcp/*", "--out", str(tmp_path))  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    [dcp] = by_suite(report(tmp_path), "dist")
+    assert dcp["name"] == "dcp/fsdp2" and dcp["status"] == "pass", dcp["diagnostics"]
+    assert dcp["diagnostics"]["backend"] == "emugloo"
+
+
 def test_compiled_faults_on_emu_are_named_pooled_and_placed_in_the_stack(tmp_path):
     """A block cut off (its gradients named zeroed) and a fault just past its allowance (judged
     again with independently rounded CPU runs pooled in, and still failing), each placed in

@@ -38,6 +38,7 @@ from trainready.testing.emu.module import DEVICE_NAME, NAME
 SOURCES = (
     "runtime.cpp",
     "allocator.cpp",
+    "host_allocator.cpp",
     "generator.cpp",
     "kernels.cpp",
     "conv.cpp",

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Dict.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -28,6 +29,10 @@ c10::Dict<std::string, int64_t> memory_stats(c10::DeviceIndex device);
 std::pair<int64_t, int64_t> memory_info(c10::DeviceIndex device); // free, total bytes
 void reset_peak_memory_stats(c10::DeviceIndex device);
 void reset_accumulated_memory_stats(c10::DeviceIndex device);
+
+// -- pinned host memory (host_allocator.cpp) --
+bool is_pinned_host(const void* ptr); // within a block pin_memory() allocated
+c10::Allocator* pinned_host_allocator();
 
 // -- random numbers (generator.cpp) --
 const at::Generator& default_generator(c10::DeviceIndex device);

@@ -211,11 +211,11 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(device.has_value(), "pointer ", data, " is not emu memory");
     return c10::Device(kType, *device);
   }
-  bool isPinnedPtr(const void* /*data*/) const override {
-    return false;
+  bool isPinnedPtr(const void* data) const override {
+    return is_pinned_host(data);
   }
   at::Allocator* getPinnedMemoryAllocator() const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "emu has no pinned host memory");
+    return pinned_host_allocator();
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     // Host memory, so the CPU resize (allocate with the storage's allocator, memcpy) is right;
