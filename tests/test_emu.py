@@ -852,3 +852,26 @@ def test_pinned_host_memory_is_host_memory_that_is_pinned_says_so(emu) -> None:
     out = emu(_check_pinned_host_memory)
     assert out == {"pinned": True, "plain": False, "empty": True, "view": True, "same": True,
                    "copied": True, "device": "cpu"}  # fmt: skip
+
+
+def _check_an_op_without_any_kernel() -> dict:
+    emu = _emu()
+    emu.reset_fallback_counts()
+    cell = torch.nn.LSTMCell(4, 4).to("emu")  # a non-CPU device takes the fused cell: CUDA's only
+    try:
+        cell(torch.randn(2, 4, device="emu"))
+    except NotImplementedError as e:
+        return {"error": str(e).splitlines()[0], "fallbacks": dict(emu.fallback_counts())}
+    return {"error": None}
+
+
+def test_an_op_neither_emu_nor_the_cpu_implements_is_named_as_emus_gap(emu) -> None:
+    """As a backend without the kernel says it ("Could not run ... on the emu backend"), not as
+    the CPU's "from the 'CPU' backend", which blamed the fallback's device; and not counted as
+    a fallback, since nothing ran."""
+    out = emu(_check_an_op_without_any_kernel)
+    assert out["error"] == (
+        "Could not run 'aten::_thnn_fused_lstm_cell' on the emu backend: emu has no kernel for "
+        "it, and the CPU it falls back to has none either (a backend must implement it)"
+    )
+    assert "aten::_thnn_fused_lstm_cell" not in out["fallbacks"]

@@ -89,6 +89,15 @@ bool warnings_enabled() {
 
 void count_and_fall_back(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto name = full_name(op);
+  // An op the CPU has no kernel for (`_thnn_fused_lstm_cell`: CUDA's alone) is one this device
+  // lacks: said as a backend without the kernel says it, not as the CPU's "Could not run ...
+  // from the 'CPU' backend", which blames the wrong device.
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+      "Could not run '",
+      name,
+      "' on the emu backend: emu has no kernel for it, and the CPU it falls back to has none "
+      "either (a backend must implement it)");
   bool warn = c10::WarningUtils::get_warnAlways();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
