@@ -159,8 +159,8 @@ def build_model(spec: TrainSpec, device: str) -> tuple[Qwen3, list[tuple[str, ..
     """The model initialised from the seed (drawn on the CPU, so every device and rank agrees),
     moved to the device as a user moves it; the tied parameters that move broke apart; and
     where it broke any, None if the model returned is a fresh one moved with its ties kept (the
-    model built, which the process then trains and times: `ties.move_keeping_ties`), else why
-    not (the untied model returned)."""
+    model built, which the process then trains and times: `ties.move_as_built`), else why not
+    (the untied model returned)."""
 
     def built() -> Qwen3:
         model = Qwen3(qwen3_config(spec.model, **spec.model_overrides))
@@ -169,14 +169,7 @@ def build_model(spec: TrainSpec, device: str) -> tuple[Qwen3, list[tuple[str, ..
             model = model.to(torch.bfloat16)
         return model
 
-    model, broken = ties.move(built(), device)
-    if not broken:
-        return model, broken, None
-    del model  # off the device before the second copy goes there
-    try:
-        return ties.move_keeping_ties(built(), device), broken, None
-    except Exception as e:  # noqa: BLE001 - the untied model is trained, the reason kept
-        return ties.move(built(), device)[0], broken, f"{type(e).__name__}: {e}"
+    return ties.move_as_built(built, device)
 
 
 def apply_activation_checkpointing(model: Qwen3) -> None:

@@ -17,6 +17,8 @@ backend team or a user can apply: `torch.__future__.set_swap_module_params_on_co
     move(module, *args, **kwargs)  -> (module.to(*args, **kwargs), the ties it broke)
     move_keeping_ties(module, ...) -> module.to(...) under the first fix, every tie kept (or
                                       the error why not)
+    move_as_built(build, ...)      -> (a model `build()` moved with its ties kept where the
+                                      user's move breaks them, the ties it broke, why not kept)
 
 The parity suite names a broken tie as the case's failure and then judges the device's numerics
 on the model moved with its ties kept: the vendor learns both that the move breaks the model and
@@ -26,7 +28,7 @@ whether the device computes the intended one right.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -81,6 +83,23 @@ def move_keeping_ties(module: nn.Module, *args, **kwargs) -> nn.Module:
     if broken:
         raise RuntimeError(f"{' = '.join(broken[0])} still separate after the move")
     return moved
+
+
+def move_as_built(
+    build: Callable[[], nn.Module], *args, **kwargs
+) -> tuple[nn.Module, list[tuple[str, ...]], str | None]:
+    """A fresh model from `build()` moved as a user moves it (`move`); where that breaks ties,
+    dropped and another moved with its ties kept (`move_keeping_ties`: the model built, which
+    the caller then trains), or, where they cannot be kept, another moved as the user moves it.
+    (The model, the ties the user's move broke, and None or why the ties were not kept.)"""
+    model, broken = move(build(), *args, **kwargs)
+    if not broken:
+        return model, broken, None
+    del model  # off the device before the next copy goes there
+    try:
+        return move_keeping_ties(build(), *args, **kwargs), broken, None
+    except Exception as e:  # noqa: BLE001 - the untied model is used, the reason kept
+        return move(build(), *args, **kwargs)[0], broken, f"{type(e).__name__}: {e}"
 
 
 def describe(broken: list[tuple[str, ...]], device: str) -> str:

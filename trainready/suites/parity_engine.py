@@ -143,14 +143,8 @@ def place(model: nn.Module, spec: Spec) -> Placed:
     """A copy of `model` on the spec's device in the spec's parameter dtype, moved as a user
     moves it; where that move breaks ties, a copy moved with its ties kept instead (the model
     built, whose numerics the run then judges), else the untied one with the reason."""
-    where = {"device": spec.device, "dtype": param_dtype(spec)}
-    moved, broken = ties.move(copy.deepcopy(model), **where)
-    if not broken:
-        return Placed(moved, broken)
-    try:
-        return Placed(ties.move_keeping_ties(copy.deepcopy(model), **where), broken)
-    except Exception as e:  # noqa: BLE001 - the untied model is judged, the reason kept
-        return Placed(moved, broken, f"{type(e).__name__}: {e}")
+    build = lambda: copy.deepcopy(model)  # noqa: E731 - a fresh copy per move
+    return Placed(*ties.move_as_built(build, device=spec.device, dtype=param_dtype(spec)))
 
 
 def on_device(data: Data | TaskData, spec: Spec) -> Data | TaskData:

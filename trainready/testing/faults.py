@@ -268,16 +268,15 @@ def _topk_next_best(
     that routes some tokens to the wrong expert."""
     xc = _cpu(x).movedim(dim, -1)
     n = xc.shape[-1]
-    values, indices = torch.topk(xc, min(k + 1, n), -1, largest, sorted)
-    values, indices = values[..., :k].clone(), indices[..., :k].clone()
+    # One sorted top-(k+1): its first k are the right picks, its last the next-best one.
+    best_v, best_i = torch.topk(xc, min(k + 1, n), -1, largest, True)
+    values, indices = best_v[..., :k].clone(), best_i[..., :k].clone()
     if k < n:
         _hit("topk_next_best", "aten::topk")
-        wrong_v, wrong_i = torch.topk(xc, k + 1, -1, largest, True)
-        rows_v, rows_i = values.reshape(-1, k), indices.reshape(-1, k)
-        rows_v[::TOPK_EVERY, -1] = wrong_v.reshape(-1, k + 1)[::TOPK_EVERY, -1]
-        rows_i[::TOPK_EVERY, -1] = wrong_i.reshape(-1, k + 1)[::TOPK_EVERY, -1]
-    back = (values.movedim(-1, dim), indices.movedim(-1, dim))
-    return back[0].to(x.device), back[1].to(x.device)
+        every = slice(None, None, TOPK_EVERY)
+        values.view(-1, k)[every, -1] = best_v.reshape(-1, k + 1)[every, k]
+        indices.view(-1, k)[every, -1] = best_i.reshape(-1, k + 1)[every, k]
+    return values.movedim(-1, dim).to(x.device), indices.movedim(-1, dim).to(x.device)
 
 
 # --- sum_reordered --------------------------------------------------------------------------------
