@@ -179,3 +179,38 @@ def test_ray_run(tmp_path, local_ray):
     # The faulty suite's cases run alone (timing kind): two CPU actors, never two cases at once.
     spans = sorted((r.started_at, r.started_at + r.duration_s) for r in got.values())
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+
+
+@pytest.mark.slow
+def test_one_core_timing_cases_share_the_cpu_with_correctness_cases_as_locally(
+    local_ray, monkeypatch
+):
+    """The local runner's rule on CPU actors (core/schedule.py): one-core timing cases take turns
+    while correctness cases run beside them, ahead of the timing cases still waiting."""
+    from trainready.core import concurrency, ray_executor
+
+    monkeypatch.setattr(concurrency, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ray_executor, "usable_cores", lambda: 2)
+    ctx = {"device": "cpu", "dtype": None, "budget_s": 30}
+    jobs = [
+        Job(Case("sched", f"c{i}", {"sleep_s": 1.0}), "tests.sched_suite", 30, ctx, i < 3, 1)
+        for i in range(3)
+    ] + [
+        Job(Case("sched", f"c{i}", {"sleep_s": 1.0}), "tests.sched_suite", 30, ctx, False)
+        for i in range(3, 6)
+    ]
+    results = []
+    executor = RayExecutor(jobs=2, on_result=results.append)
+    try:
+        executor.run(jobs)
+    finally:
+        executor.close()
+    m = {r.case.name: r.metrics for r in results}
+    timing, correctness = [m[f"c{i}"] for i in range(3)], [m[f"c{i}"] for i in range(3, 6)]
+
+    def overlap(a, b):
+        return a["start"] < b["end"] and b["start"] < a["end"]
+
+    assert not any(overlap(a, b) for a in timing for b in timing if a is not b)
+    assert correctness[0]["start"] < timing[1]["start"]  # it did not wait for them all
+    assert {x["threads"] for x in timing} == {1.0}

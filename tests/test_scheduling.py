@@ -6,6 +6,7 @@ import pytest
 
 from trainready import api
 from trainready.core import concurrency
+from trainready.core import runner as runner_module
 from trainready.core.case import Case
 from trainready.core.runner import Job, Runner
 from trainready.core.store import Store
@@ -13,13 +14,14 @@ from trainready.core.store import Store
 SUITE = "tests.sched_suite"
 
 
-def _run_jobs(tmp_path, alone: list[bool], jobs: int = 2, sleep_s: float = 1.0):
+def _run_jobs(tmp_path, alone: list[bool], jobs: int = 2, sleep_s: float = 1.0, cores=None):
     results = []
     runner = Runner(jobs=jobs, log_dir=tmp_path, on_result=results.append)
     ctx = {"device": "cpu", "dtype": None, "budget_s": 60.0}
+    cores = cores or [None] * len(alone)
     work = [
-        Job(Case("sched", f"c{i}", {"sleep_s": sleep_s}), SUITE, 60.0, ctx, alone=a)
-        for i, a in enumerate(alone)
+        Job(Case("sched", f"c{i}", {"sleep_s": sleep_s}), SUITE, 60.0, ctx, alone=a, cores=n)
+        for i, (a, n) in enumerate(zip(alone, cores, strict=True))
     ]
     try:
         runner.run(work)
@@ -49,6 +51,25 @@ def test_correctness_cases_run_side_by_side_and_a_timing_case_alone(tmp_path):
     share = concurrency.threads_per_worker(2)
     assert {x["threads"] for x in before + after} == {share}
     assert len({x["pid"] for x in before + after}) == 2
+
+
+@pytest.mark.slow
+def test_one_core_timing_cases_take_turns_on_one_core_while_correctness_cases_use_the_other(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(concurrency, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runner_module, "usable_cores", lambda: 2)
+    alone = [True, True, True, False, False, False]
+    m = _run_jobs(tmp_path, alone, sleep_s=1.0, cores=[1, 1, 1, None, None, None])
+    timing, correctness = [m[f"c{i}"] for i in range(3)], [m[f"c{i}"] for i in range(3, 6)]
+    assert not any(_overlap(a, b) for a in timing for b in timing if a is not b)
+    assert not any(_overlap(a, b) for a in correctness for b in correctness if a is not b)
+    # the correctness cases started while the timing ones ran, ahead of the later ones
+    assert correctness[0]["start"] < timing[1]["start"]
+    assert any(_overlap(t, c) for t in timing for c in correctness)
+    assert {x["threads"] for x in timing} == {1.0}  # CPU_CORES threads, beside others or not
+    assert {x["threads"] for x in correctness} == {1.0}  # their share of 2 cores over 2 jobs
+    assert len({x["pid"] for x in timing + correctness}) == 2
 
 
 def test_timing_cases_never_overlap_and_need_one_worker(tmp_path):
@@ -99,3 +120,20 @@ def test_a_suite_kind_outside_the_two_is_refused():
     odd.KIND = "fast"
     with pytest.raises(ConfigError, match="KIND 'fast'; valid: correctness, timing"):
         runs_alone(odd)
+
+
+def test_cpu_cores_apply_to_a_cpu_run_only_and_must_be_a_count():
+    import types
+
+    from trainready.config import ConfigError
+    from trainready.suites import cpu_cores
+
+    one = types.ModuleType("one")
+    one.CPU_CORES = 1
+    assert cpu_cores(one, "cpu") == 1
+    assert cpu_cores(one, "cuda:0") is None  # an accelerator's timing case runs alone
+    assert cpu_cores(types.ModuleType("none"), "cpu") is None  # the whole machine
+    for bad in (0, 1.5, True, "1"):
+        one.CPU_CORES = bad
+        with pytest.raises(ConfigError, match="CPU_CORES"):
+            cpu_cores(one, "cpu")

@@ -28,7 +28,7 @@ from trainready.core.runner import Job, Runner
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import DB_NAME, RunRecord, Store, StoreError, new_run_id
 from trainready.mfu import calculate as calculate_mfu
-from trainready.suites import expand, runs_alone
+from trainready.suites import cpu_cores, expand, runs_alone
 
 if TYPE_CHECKING:
     from trainready.device import PeakCache
@@ -263,7 +263,10 @@ def _jobs(cfg: RunConfig, planned: list[PlannedSuite], done: set[str], run_dir: 
                 "peaks": cfg.peaks,
                 "run_dir": str(run_dir.resolve()),  # where the case's files go (artifacts)
             }
-            jobs.append(Job(case, s.module_path, ctx["budget_s"], ctx, alone=runs_alone(s.module)))
+            alone, cores = runs_alone(s.module), cpu_cores(s.module, cfg.device)
+            jobs.append(
+                Job(case, s.module_path, ctx["budget_s"], ctx, alone, cores if alone else None)
+            )
     return jobs
 
 

@@ -129,8 +129,9 @@ def run(
         int | None,
         typer.Option(
             help="Worker processes. Correctness cases (parity) run side by side on them; timing "
-            "cases (matmul, train, flex, dist) always run alone. Default: what the device "
-            "allows (cpu: one per core; cuda/xpu/mps: up to 4; other backends: 1).",
+            "cases (matmul, train, dist) run alone, and flex's alone too except on the CPU, "
+            "where each takes one core and correctness cases the others. Default: what the "
+            "device allows (cpu: one per core; cuda/xpu/mps: up to 4; other backends: 1).",
             show_default=False,
         ),
     ] = None,

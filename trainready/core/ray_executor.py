@@ -24,7 +24,9 @@ from typing import Any
 
 from trainready.config import ConfigError
 from trainready.core.case import Case, Result
+from trainready.core.concurrency import threads_per_worker, usable_cores
 from trainready.core.runner import Job, Runner
+from trainready.core.schedule import next_startable
 
 CLOSE_TIMEOUT_S = 10.0  # an actor's graceful stop (its worker exits between cases) before the kill
 
@@ -216,17 +218,20 @@ class RayExecutor:
         idle = [new_actor(slots) for _ in range(slots)]
         pending = deque(jobs)
         in_flight: dict[Any, tuple[Any, Job, float, float]] = {}  # ref -> actor, job, start times
-        # CPU actors share their machine's cores: there a case that runs alone (a timing case)
-        # waits for the others and nothing starts beside it. An accelerator actor owns its device.
+        # CPU actors share their machine's cores: there the local runner's rule decides what
+        # may start beside what (`core/schedule.py`). An accelerator actor owns its device.
         shared = device.split(":")[0] == "cpu"
+        cores, share = usable_cores(), threads_per_worker(slots)
         finished = False
         try:
             while pending or in_flight:
                 while idle and pending:
                     busy = [j for _, j, *_ in in_flight.values()]
-                    if shared and busy and (pending[0].alone or any(j.alone for j in busy)):
-                        break  # in order: no case overtakes one before it
-                    actor, job = idle.pop(), pending.popleft()
+                    i = next_startable(pending, busy, 0, cores, share) if shared else 0
+                    if i is None:
+                        break
+                    actor, job = idle.pop(), pending[i]
+                    del pending[i]
                     self.on_start(job.case)
                     ref = actor.run.remote(job)
                     in_flight[ref] = (actor, job, time.time(), time.monotonic())

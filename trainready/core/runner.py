@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from trainready.core.case import Case, Result
-from trainready.core.concurrency import threads_per_worker
+from trainready.core.concurrency import threads_per_worker, usable_cores
+from trainready.core.schedule import next_startable
 from trainready.core.worker import worker_main
 
 WORKER_START_TIMEOUT_S = 300.0  # importing torch and a vendor stack can be slow on a cold disk
@@ -43,6 +44,9 @@ class Job:
     # A case that times something (or starts processes on every core) runs with no other case
     # beside it; a correctness case may share the machine (suites/__init__.py: KIND).
     alone: bool = True
+    # The cores a timing case needs on a CPU run (its suite's CPU_CORES; it runs on that many
+    # threads): correctness cases may use the rest. None: the whole machine (core/schedule.py).
+    cores: int | None = None
 
 
 @dataclass
@@ -101,6 +105,7 @@ class Runner:
         self.on_start = on_start or (lambda _c: None)
         self.on_result = on_result or (lambda _r: None)
         self._threads = threads_per_worker(self.jobs)
+        self._cores = usable_cores()
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._spawned = 0
@@ -176,32 +181,29 @@ class Runner:
             raise
 
     def _dispatch(self, pending: deque[Job]) -> None:
-        """Start cases in order. A case that runs alone waits until every worker is idle, and
-        nothing starts beside it; correctness cases fill every idle worker, and another worker is
-        spawned for them (up to `jobs`) while all are busy. Order is kept: a case never overtakes
-        one before it, so a run's progress reads top to bottom."""
-        busy = [w for w in self._workers if w.job is not None]
-        if any(w.job.alone for w in busy):
-            return
+        """Start every case that may start now (`core/schedule.py`: a timing case with nothing
+        beside it but correctness cases on the cores it leaves, in plan order), each on an idle
+        worker; another worker is spawned (up to `jobs`) when none is idle."""
         while pending:
-            job = pending[0]
-            starting = any(not w.ready for w in self._workers)
-            if job.alone and (busy or starting):  # a worker importing torch would load the CPU
+            running = [w.job for w in self._workers if w.job is not None]
+            starting = sum(not w.ready for w in self._workers)
+            i = next_startable(pending, running, starting, self._cores, self._threads)
+            if i is None:
                 return
             idle = next((w for w in self._workers if w.ready and w.job is None), None)
             if idle is None:
-                self._grow(job)
+                self._grow(pending[i])
                 return
-            pending.popleft()
+            job = pending[i]
+            del pending[i]
             self._start(idle, job)
-            busy.append(idle)
-            if job.alone:
-                return
 
     def _grow(self, job: Job) -> None:
-        """One more worker for a correctness case when all are busy (none is still starting)."""
+        """One more worker, up to `jobs`, for a case that may run beside others (none is still
+        starting): a case that needs the whole machine never pays for a second worker."""
         starting = any(not w.ready for w in self._workers)
-        if not job.alone and not starting and len(self._workers) < self.jobs:
+        whole = job.alone and job.cores is None
+        if not whole and not starting and len(self._workers) < self.jobs:
             self._workers.append(self._spawn(len(self._workers)))
 
     def _start(self, w: _Worker, job: Job) -> None:
@@ -209,8 +211,10 @@ class Runner:
         w.started, w.t0 = time.time(), time.monotonic()
         w.log_offset = w.log_path.stat().st_size if w.log_path.exists() else 0
         self.on_start(job.case)
-        # A case beside others gets its share of the cores; one alone keeps the default (all).
-        context = job.context if job.alone else {**job.context, "cpu_threads": self._threads}
+        # A correctness case gets its share of the cores, a timing case with CPU_CORES that many
+        # (beside others or not, so its numbers mean the same); one alone keeps the default (all).
+        threads = job.cores if job.alone else self._threads
+        context = job.context if threads is None else {**job.context, "cpu_threads": threads}
         w.conn.send(("run", job.case.to_json(), context, job.suite_path))
 
     def _deadline(self, w: _Worker) -> float:

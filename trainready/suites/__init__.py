@@ -12,7 +12,10 @@ outside the peak table). Optional: KIND = "correctness" for a suite whose cases 
 and never time anything that needs the machine quiet: its cases may run side by side on parallel
 workers (`--jobs`), each on its share of the CPU cores. Every other suite (KIND "timing", the
 default, as for a suite that times kernels or starts processes on every core) runs each case with
-the machine to itself. The runner imports a suite by name in each worker, before the worker
+the machine to itself. Optional for a timing suite: CPU_CORES = N, the cores its case needs on a
+CPU run, where its timed work then runs on N threads (flex: one, its compile being single-threaded):
+there correctness cases may run on the other cores beside it (core/schedule.py); on any other
+device it runs alone. The runner imports a suite by name in each worker, before the worker
 takes its first case. A built-in suite that reads a run-level flag (`--nproc`, `--variants`...)
 is listed for it in FLAG_USERS below.
 """
@@ -49,6 +52,17 @@ FLAG_USERS: dict[str, tuple[str, ...]] = {
 
 
 KINDS = ("correctness", "timing")
+
+
+def cpu_cores(module: ModuleType, device: str) -> int | None:
+    """The cores a timing suite's case needs on `device` (CPU_CORES above, on a CPU run); None:
+    the whole machine (every other device, and a suite without CPU_CORES)."""
+    cores = getattr(module, "CPU_CORES", None)
+    if cores is None or device.split(":", 1)[0] != "cpu":
+        return None
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+        raise ConfigError(f"suite {module.__name__}: CPU_CORES {cores!r}; valid: an int >= 1")
+    return cores
 
 
 def runs_alone(module: ModuleType) -> bool:

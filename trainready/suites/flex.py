@@ -26,6 +26,12 @@ device. Its values are not judged there; a wrong mod is the device run's `fail_n
 
 Case names: `{variant}/B{B}/H{Hq}-{Hkv}/S{S}/D{D}/{pass}`, e.g. `causal/B2/H16-4/S1024/D64/fwd_bwd`.
 
+CPU: a case runs on one core, torch's intra-op threads set to one (CPU_CORES = 1, recorded as
+`diagnostics.cpu_threads`), whatever else the run holds: its compile is single-threaded either
+way, so the run's correctness cases (parity) use the other cores meanwhile (core/schedule.py),
+and `run_ms` is one core's time whether they ran beside it or not (beside it they share only the
+last-level cache and the memory bus). On every other device a case runs alone.
+
 Dtype: bf16 on accelerators, fp32 on the CPU (whose bf16 flex kernels are a curiosity, not what
 anyone trains with); `--dtype` overrides.
 
@@ -93,6 +99,9 @@ NAME = "flex"
 DEFAULT_DTYPE = "bf16"  # on accelerators; cases() picks fp32 on the CPU
 DEFAULT_BUDGET_S = 300.0
 USES_PEAK = False  # reports TFLOP/s, not MFU: no peak to resolve
+# On a CPU run a case takes one core (one intra-op thread) and correctness cases the others: its
+# compile is single-threaded anyway (module docstring, "CPU").
+CPU_CORES = 1
 # The --set options this suite reads, checked before a run starts (see core/options.py).
 OPTIONS = {"variants": str}  # a Python file: imported and executed
 PASSES = ("fwd", "fwd_bwd")
@@ -599,6 +608,8 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "variant": variant.description,
         "variant_source": variant.source,
         "clock": stats.clock,
+        # The CPU's intra-op threads the kernel was timed on (one on a CPU run: CPU_CORES).
+        **({"cpu_threads": torch.get_num_threads()} if device_type(ctx.device) == "cpu" else {}),
         # Hits in inductor's on-disk cache make compile_s a warm-cache time: say which it was.
         "inductor_cache": cache,
         # The process's first compile: compile_s includes the compiler's one-time start-up.
