@@ -109,6 +109,8 @@ def test_a_compiled_builtin_variant_passes_with_its_numbers(flex_run):
     assert m["compile_s"] > 0 and m["run_ms"] > 0
     assert m["tflops"] == pytest.approx(m["tflops_dense"])  # ALiBi masks nothing
     assert r["diagnostics"]["numerics"]["out"]["ok"]
+    # timed on one core (CPU_CORES), though this run of flex alone had both to itself
+    assert r["diagnostics"]["cpu_threads"] == 1
 
 
 def test_a_masked_variant_counts_only_the_blocks_its_mask_keeps(flex_run):
@@ -151,6 +153,7 @@ def test_reports_carry_the_pass_table_and_the_heat_map(flex_run):
     assert "| alibi | 1/1 | 0/1 | 1 unsupported |" in md
     assert "| causal | 1/1 | 0/1 | 1 unsupported |" in md
     assert "1 timeout (compile)" in md
+    assert "timed on 1 CPU thread(s) per case" in md  # what run_ms and TFLOP/s were timed on
     html = (run_dir / "report.html").read_text()
     assert 'aria-label="FlexAttention status over the grid"' in html
 

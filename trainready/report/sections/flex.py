@@ -212,6 +212,16 @@ def speed_table(report: Report) -> Table:
         "; TFLOP/s counts the work of the blocks the mask keeps, and the dense-equivalent work"
         " over the same time"
     )
+    threads = sorted(
+        {
+            int(n)
+            for run in report.runs
+            for e in entries(run)
+            if e.result and finite(n := e.result.diagnostics.get("cpu_threads"))
+        }
+    )
+    if threads:  # a CPU run: each case on CPU_CORES threads (suites/flex.py)
+        caption += f"; timed on {'/'.join(map(str, threads))} CPU thread(s) per case"
     return Table(columns, rows, caption, drill_down=True)
 
 
