@@ -38,6 +38,8 @@ T2 = J("timing (two cores)", alone=True, cores=2)
         (C, [T1], 0, True),  # beside a one-core timing case, on the other core
         (C, [T1, C], 0, False),  # but not past the cores
         (C, [T2], 0, False),  # a two-core timing case on two cores leaves none
+        (J("four cores", True, 4), [], 0, True),  # more than the machine has: the whole of it
+        (J("four cores", True, 4), [C], 0, False),
     ],
 )
 def test_what_may_start_beside_what(job, running, starting, expected):

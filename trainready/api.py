@@ -138,7 +138,8 @@ def run(
     holding one Runner whose worker is reused across cases, on a Ray cluster at
     `ray_address`, or a local Ray instance when None).
     jobs: worker processes (ray: actors); None: what the device allows
-    (`core.concurrency.default_jobs`). Correctness cases share them; a timing case runs alone.
+    (`core.concurrency.default_jobs`). Correctness cases share them; a timing case runs alone,
+    or on a CPU run on the cores its suite declares, beside correctness cases (`core.schedule`).
     imports: modules to import first, here and in every worker and rank, after those
     TRAINREADY_IMPORT names (`--import`); one that fails to import is an ImportFailed.
     """

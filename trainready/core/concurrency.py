@@ -1,7 +1,8 @@
 """How many worker processes a device allows (`--jobs` when not given).
 
-Only correctness cases run side by side (`suites/__init__.py`: KIND); a timing case always has
-the machine to itself. So the default is how many correctness cases the device can hold at once:
+Only correctness cases run side by side (`suites/__init__.py`: KIND); a timing case has the
+machine to itself, or on a CPU run the cores it declares (CPU_CORES, `core/schedule.py`). So the
+default is how many correctness cases the device can hold at once:
 
 - cpu: one per usable core (each case then runs on one thread), capped so each worker has
   WORKER_MEMORY_GIB of the machine's memory;

@@ -213,7 +213,9 @@ class Runner:
         self.on_start(job.case)
         # A correctness case gets its share of the cores, a timing case with CPU_CORES that many
         # (beside others or not, so its numbers mean the same); one alone keeps the default (all).
-        threads = job.cores if job.alone else self._threads
+        threads = self._threads if not job.alone else None
+        if job.alone and job.cores is not None:
+            threads = min(job.cores, self._cores)
         context = job.context if threads is None else {**job.context, "cpu_threads": threads}
         w.conn.send(("run", job.case.to_json(), context, job.suite_path))
 

@@ -36,7 +36,7 @@ def may_start(
     if job.alone:
         if timing:
             return False
-        if job.cores is None:
+        if job.cores is None or job.cores >= total:  # the whole machine
             return not running and not starting
         return (correctness + starting) * share + job.cores <= total
     if not timing:
