@@ -132,6 +132,7 @@ def test_cpu_cores_apply_to_a_cpu_run_only_and_must_be_a_count():
     one.CPU_CORES = 1
     assert cpu_cores(one, "cpu") == 1
     assert cpu_cores(one, "cuda:0") is None  # an accelerator's timing case runs alone
+    assert cpu_cores(one, "emu:0") is None  # and a PrivateUse1 device's (the reference device)
     assert cpu_cores(types.ModuleType("none"), "cpu") is None  # the whole machine
     for bad in (0, 1.5, True, "1"):
         one.CPU_CORES = bad
