@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from trainready.core.case import Case, Outcome
 
@@ -23,6 +24,12 @@ def execute(case: Case, ctx) -> Outcome:
     import torch
 
     start = time.time()
+    if "barrier" in case.params:  # wait for the others: proof that `parties` workers are up
+        barrier = Path(case.params["barrier"])
+        (barrier / str(os.getpid())).touch()
+        deadline = time.monotonic() + 30
+        while len(list(barrier.iterdir())) < case.params["parties"] and time.monotonic() < deadline:
+            time.sleep(0.01)
     time.sleep(case.params["sleep_s"])
     return Outcome(
         "pass",

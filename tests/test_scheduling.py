@@ -14,9 +14,14 @@ from trainready.core.store import Store
 SUITE = "tests.sched_suite"
 
 
-def _run_jobs(tmp_path, alone: list[bool], jobs: int = 2, sleep_s: float = 1.0, cores=None):
+def _run_jobs(
+    tmp_path, alone: list[bool], jobs: int = 2, sleep_s: float = 1.0, cores=None, warm=False
+):
+    """Run sleeping cases; `warm`: first bring all `jobs` workers up (cases that wait for each
+    other), so that no worker's start-up, slower than a case on a loaded machine, shifts the
+    order under test."""
     results = []
-    runner = Runner(jobs=jobs, log_dir=tmp_path, on_result=results.append)
+    runner = Runner(jobs=jobs, log_dir=tmp_path / "logs", on_result=results.append)
     ctx = {"device": "cpu", "dtype": None, "budget_s": 60.0}
     cores = cores or [None] * len(alone)
     work = [
@@ -24,6 +29,18 @@ def _run_jobs(tmp_path, alone: list[bool], jobs: int = 2, sleep_s: float = 1.0, 
         for i, (a, n) in enumerate(zip(alone, cores, strict=True))
     ]
     try:
+        if warm:
+            barrier = {"sleep_s": 0.0, "barrier": str(tmp_path / "barrier"), "parties": jobs}
+            (tmp_path / "barrier").mkdir()
+            runner.run(
+                [
+                    Job(Case("sched", f"w{i}", barrier), SUITE, 60.0, ctx, alone=False)
+                    for i in range(jobs)
+                ]
+            )
+            assert [r.status for r in results] == ["pass"] * jobs
+            assert len({r.metrics["pid"] for r in results}) == jobs  # all up, side by side
+            results.clear()
         runner.run(work)
     finally:
         runner.close()
@@ -38,7 +55,7 @@ def _overlap(a: dict, b: dict) -> bool:
 @pytest.mark.slow
 def test_correctness_cases_run_side_by_side_and_a_timing_case_alone(tmp_path):
     pattern = [False, False, False, True, False, False, False]
-    m = _run_jobs(tmp_path, pattern)
+    m = _run_jobs(tmp_path, pattern, warm=True)
     alone = m.pop("c3")
     assert not any(_overlap(alone, other) for other in m.values())
     before, after = [m["c0"], m["c1"], m["c2"]], [m["c4"], m["c5"], m["c6"]]
@@ -60,7 +77,7 @@ def test_one_core_timing_cases_take_turns_on_one_core_while_correctness_cases_us
     monkeypatch.setattr(concurrency, "usable_cores", lambda: 2)
     monkeypatch.setattr(runner_module, "usable_cores", lambda: 2)
     alone = [True, True, True, False, False, False]
-    m = _run_jobs(tmp_path, alone, sleep_s=1.0, cores=[1, 1, 1, None, None, None])
+    m = _run_jobs(tmp_path, alone, sleep_s=1.0, cores=[1, 1, 1, None, None, None], warm=True)
     timing, correctness = [m[f"c{i}"] for i in range(3)], [m[f"c{i}"] for i in range(3, 6)]
     assert not any(_overlap(a, b) for a in timing for b in timing if a is not b)
     assert not any(_overlap(a, b) for a in correctness for b in correctness if a is not b)
