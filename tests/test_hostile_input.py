@@ -280,12 +280,15 @@ def test_1_traces_parse_under_a_semaphore(serve, team, monkeypatch):
     active, peak = [0], [0]
     guard = threading.Lock()
     real = server_module.load_trace
+    hold = threading.Event()  # cleared: a parse keeps its slot until the test lets it go
+    hold.set()
 
     def slow_load(*args, **kwargs):
         with guard:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
         time.sleep(0.3)
+        hold.wait(30)
         try:
             return real(*args, **kwargs)
         finally:
@@ -310,17 +313,20 @@ def test_1_traces_parse_under_a_semaphore(serve, team, monkeypatch):
 
     monkeypatch.setattr(server_module, "LOAD_WAIT_S", 0.05)  # a slot stays busy: 503, not a pile-up
     codes.clear()
-    threads = [
-        threading.Thread(
-            target=lambda: codes.append(upload(server.server_address, "t.json.gz", body)[0])
-        )
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(codes) == [201, 503]
+    hold.clear()
+    first = threading.Thread(
+        target=lambda: codes.append(upload(server.server_address, "t.json.gz", body)[0])
+    )
+    first.start()
+    deadline = time.monotonic() + 30
+    while not active[0] and time.monotonic() < deadline:  # the first parse holds the one slot
+        time.sleep(0.01)
+    try:
+        assert upload(server.server_address, "t.json.gz", body)[0] == 503
+    finally:
+        hold.set()
+        first.join()
+    assert codes == [201]
 
 
 # -- 2: a public bind needs a token and a known Host ----------------------------------------------
@@ -485,7 +491,8 @@ def test_6_a_second_resume_of_a_running_run_is_refused(tmp_path):
     import torch  # noqa: F401 - paid now, not while the resumed run is under way
 
     out = tmp_path / "out"
-    opts = ["--set", "kinds=" + json.dumps(["ok"] * 7), "--set", "sleep_s=0.6", "--no-report"]
+    # 1.2 s a case: the resumed run still has 4 or more cases (4.8 s) to go while it is checked
+    opts = ["--set", "kinds=" + json.dumps(["ok"] * 7), "--set", "sleep_s=1.2", "--no-report"]
     run = trainready("run", SUITE, "--device", "cpu", "--out", str(out), *opts)
     first = subprocess.Popen(
         run, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -676,9 +683,10 @@ def test_9_a_killed_servers_upload_part_is_removed(tmp_path, serve):
         conn.endheaders()
         conn.send(b'{"traceEvents": [' + b" " * MiB)  # part of the body, then the server dies
         deadline = time.monotonic() + 30
-        while not list(team.glob(".upload-*.part")) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.2)
+        parts: list[Path] = []
+        while not any(p.stat().st_size for p in parts) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the server has written some of the body
+            parts = list(team.glob(".upload-*.part"))
         server.proc.kill()  # kill -9 mid-upload
         server.proc.communicate()
         conn.close()

@@ -37,13 +37,30 @@ def test_benchmark_calls_fn_warmup_plus_repeats_times():
     assert stats.clock == "wall"
 
 
-def test_benchmark_times_fn_and_not_the_flush(monkeypatch):
-    def slow_flush(device):
-        time.sleep(0.05)
+class FakeClock:
+    """`time.perf_counter` that moves only when a test says so: exact timings, whatever the load."""
 
-    monkeypatch.setattr(timing, "flush_cache", slow_flush)
-    stats = benchmark(lambda: time.sleep(0.01), "cpu", warmup=0, repeats=3, flush_l2=True)
-    assert stats.min_s >= 0.009 and stats.max_s < 0.04
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, s: float) -> None:
+        self.now += s
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", fake)  # timing.py and the device Timer read it
+    return fake
+
+
+def test_benchmark_times_fn_and_not_the_flush(monkeypatch, clock):
+    monkeypatch.setattr(timing, "flush_cache", lambda device: clock.advance(0.05))
+    stats = benchmark(lambda: clock.advance(0.01), "cpu", warmup=0, repeats=3, flush_l2=True)
+    assert stats.samples == pytest.approx([0.01] * 3)
 
 
 def test_benchmark_flushes_before_each_timed_repeat_only(monkeypatch):
@@ -53,17 +70,18 @@ def test_benchmark_flushes_before_each_timed_repeat_only(monkeypatch):
     assert events == ["fn", "fn"] + ["flush", "fn"] * 3
 
 
-def test_benchmark_time_cap_stops_early_but_times_once():
+def test_benchmark_time_cap_stops_early_but_times_once(clock):
     calls = []
 
     def slow():
         calls.append(1)
-        time.sleep(0.02)
+        clock.advance(0.02)
 
-    t0 = time.perf_counter()
-    stats = benchmark(slow, "cpu", warmup=2, repeats=100, flush_l2=False, max_time_s=0.1)
-    assert time.perf_counter() - t0 < 0.3
-    assert 1 <= stats.repeats < 10
+    t0 = clock.now
+    stats = benchmark(slow, "cpu", warmup=2, repeats=100, flush_l2=False, max_time_s=0.11)
+    # 2 warm-ups and 3 repeats end at 0.10 s; a fourth would end past the cap at 0.12 s.
+    assert (len(calls), stats.repeats) == (5, 3)
+    assert clock.now - t0 == pytest.approx(0.10)
     # Even a budget already spent by one call gets one timed repeat.
     stats = benchmark(slow, "cpu", warmup=1, repeats=5, flush_l2=False, max_time_s=0.001)
     assert stats.repeats == 1

@@ -81,10 +81,13 @@ class Zygote:
             self._proc.stdin.flush()
         except OSError as e:
             raise ZygoteLost(f"the zygote is gone: {e}") from e
-        pid = self._read(deadline)["pid"]
+        pid = None
         try:
+            pid = self._read(deadline)["pid"]
             return self._read(deadline)["rc"]
         except subprocess.TimeoutExpired:
+            if pid is None:  # the fork's pid came late (a loaded host): kill it all the same
+                pid = self._read(time.monotonic() + 30.0)["pid"]
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             self._read(time.monotonic() + 30.0)  # its exit, reaped by the zygote
