@@ -21,13 +21,14 @@ IMPORT = ("--import", "trainready.testing.emu")
 TIMEOUT_S = 900  # includes emu's first build on a clean machine
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trainready", *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
         stdin=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -240,6 +241,36 @@ def test_compiled_faults_on_emu_are_named_pooled_and_placed_in_the_stack(tmp_pat
     assert "pooled_baseline" not in zeroed["diagnostics"]  # far past its allowance: a finding
     d = nudged["diagnostics"]
     assert d["pooled_baseline"] == 9 and d["error"].startswith("down.weight.grad rmse ratio")
+
+
+@pytest.mark.parametrize("fault", ["transposed", "size_one"])
+def test_a_kernel_laid_out_otherwise_than_its_meta_kernel_is_named_when_compiling_fails(
+    tmp_path, fault
+):
+    """emu's silu returns its result column-major (`tests/layout_faults.py`): eager reshapes
+    copy and pass; the compiled graph, traced with the meta kernel's row-major layout, fails, and
+    the error names silu and only silu. Another stride on a length-1 dimension breaks nothing."""
+    p = cli(
+        *("run", "parity", "--device", "emu", *IMPORT, "--import", "tests.layout_faults"),
+        *("--set", "zoo=none", "--set", "models=tests.layout_faults:silu_then_reshape"),
+        *("--set", "steps=3", "--compile-backend", "aot_eager", "--out", str(tmp_path)),
+        env={"TRAINREADY_LAYOUT_FAULT": fault},
+    )
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    cases = {r["name"].split("/")[-2]: r for r in report(tmp_path)["results"]}
+    assert cases["eager"]["status"] == "pass"
+    compiled = cases["compile"]
+    if fault == "size_one":
+        assert compiled["status"] == "pass"
+        return
+    d = compiled["diagnostics"]
+    assert compiled["status"] == "fail_compile"
+    assert d["error"].startswith("RuntimeError: view size is not compatible")
+    [silu] = d["layouts"]["mismatches"]
+    assert silu["op"] == "aten.silu.default"
+    assert silu["device_strides"] != silu["meta_strides"] and silu["shape"] == silu["meta_shape"]
+    assert d["layouts"]["checked_ops"] >= 10  # the whole first step, forward and backward
+    assert "aten.silu.default (shape" in d["error"]
 
 
 def test_task_models_of_every_input_modality_are_judged_on_emu(tmp_path):

@@ -24,6 +24,11 @@ def _line(text: str) -> int:
 
 
 def _run(factory: str, mode: str = "eager", steps: int = 3, dtype: str = "fp32", **options):
+    ctx = CaseContext("cpu", dtype, 300.0, options=options)
+    return execute_case(parity, _case(factory, mode, steps, dtype), ctx)
+
+
+def _case(factory: str, mode: str = "eager", steps: int = 3, dtype: str = "fp32") -> Case:
     params = {
         "source": "factory",
         "model": factory,
@@ -34,8 +39,7 @@ def _run(factory: str, mode: str = "eager", steps: int = 3, dtype: str = "fp32",
     }
     if mode == "compile":
         params["compile_backend"] = "eager"  # dynamo's own analysis, without inductor's codegen
-    case = Case("parity", f"custom/{factory}/{mode}/{dtype}", params)
-    return execute_case(parity, case, CaseContext("cpu", dtype, 300.0, options=options))
+    return Case("parity", f"custom/{factory}/{mode}/{dtype}", params)
 
 
 def test_clean_model_passes_with_every_tensor_compared():
@@ -171,9 +175,18 @@ def test_item_in_forward_eager_is_a_host_round_trip():
 def test_crash_only_when_compiled_is_fail_compile():
     eager = _run("crash_when_compiled")
     assert eager.status == "pass"
-    out = _run("crash_when_compiled", mode="compile")
+    ctx = CaseContext("cpu", "fp32", 300.0)
+    out = execute_case(parity, _case("crash_when_compiled", mode="compile"), ctx)
     assert out.status == "fail_compile"
+    assert ctx.current_phase == "compile"  # where it broke, not the CPU runs after it
     assert "same reduction dim" in out.diagnostics["error"]
+    # Not a layout bug: the eager first step, checked op by op, names no op (probes/layouts.py).
+    layouts = out.diagnostics["layouts"]
+    assert layouts["mismatches"] == [] and layouts["checked_ops"] >= 10
+    assert out.diagnostics["error"].endswith(
+        f"; the device's output layouts match PyTorch's meta kernels ({layouts['checked_calls']} "
+        f"calls of {layouts['checked_ops']} ops checked)"
+    )
 
 
 def test_a_factory_that_does_not_exist_fails_the_case_with_its_name():

@@ -98,6 +98,7 @@ from trainready.probes.compile import (
     backend_unsupported,
     first_compile_in_process,
 )
+from trainready.probes.layouts import LayoutCheck
 from trainready.probes.ops import OpsProbe, OpsReport
 from trainready.probes.routing import Routing
 from trainready.suites import parity_baseline, parity_bisect
@@ -241,7 +242,9 @@ class _Timed:
 
 
 class _CompileFailed(Exception):  # noqa: N818 - carries the compile error, not a new one
-    pass
+    def __init__(self, message: str, phase: str):
+        super().__init__(message)
+        self.phase = phase  # where compiling broke: "compile", or "train" past the first step
 
 
 def _eager(
@@ -307,16 +310,26 @@ def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: O
     torch._dynamo.reset()
     probe = CompileProbe()
     out.diagnostics[FIRST_COMPILE_KEY] = first_compile_in_process(spec.device, spec.compile_backend)
+    failed_in = "compile"
     try:
         with probe, ctx.phase("compile"):
-            dev = train(subject.model, data, spec, on_first_step=lambda: ctx.set_phase("train"))
+            try:
+                dev = train(subject.model, data, spec, on_first_step=lambda: ctx.set_phase("train"))
+            except Exception:
+                failed_in = ctx.current_phase  # (the with-block restores the phase before it)
+                raise
     except Exception as e:  # noqa: BLE001 - eager ran at this dtype: compiling broke it
         if is_oom(e):
             raise
-        if device_type(spec.device) != "cpu":  # eager on the device must work to blame compile
-            first_step(subject.model, data, Spec(spec.device, spec.dtype, 1))
         out.diagnostics["compile"] = probe.report.to_json()
-        raise _CompileFailed(f"{type(e).__name__}: {' '.join(str(e).split())[:500]}") from e
+        # Eager on the device must work to blame compile; its first step, under the layout check,
+        # names the ops whose layouts the traced graph got wrong (`probes/layouts.py`).
+        layouts = LayoutCheck()
+        with ctx.phase("layouts"):
+            first_step(subject.model, data, Spec(spec.device, spec.dtype, 1), around=layouts)
+        out.diagnostics["layouts"] = layouts.report.to_json()
+        error = f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
+        raise _CompileFailed(f"{error}; {layouts.report.sentence()}", failed_in) from e
     out.diagnostics["compile"] = probe.report.to_json()
     out.metrics |= probe.report.metrics()
     out.metrics["compile_s"] = max(0.0, dev.first_step_s - dev.step_s)
@@ -457,7 +470,8 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
         try:
             compiled = _compiled(subject, data, spec, ctx, out)
         except Exception as e:  # noqa: BLE001 - re-raised (or fail_compile) below
-            compile_error, failed_in = e, ctx.current_phase
+            compile_error = e
+            failed_in = e.phase if isinstance(e, _CompileFailed) else ctx.current_phase
     if pinned is not None:
         ref, dev, base, flipped = pinned
         why = None
