@@ -13,6 +13,8 @@ from trainready.device import (
 from trainready.probes.compile import (
     FIRST_COMPILE_KEY,
     CompileProbe,
+    cache_counts,
+    cache_sentence,
     first_compile_in_process,
     parse_graph_break,
     parse_recompile,
@@ -159,3 +161,25 @@ def test_the_reports_note_names_only_a_first_compile():
     later = Result(case, "pass", diagnostics={FIRST_COMPILE_KEY: False})
     assert "one-time start-up" in compile_note(first)
     assert compile_note(later) == compile_note(Result(case, "pass")) == compile_note(None) == ""
+
+
+def test_a_backend_without_a_compile_cache_looks_none_up_and_is_said_to_compile_cold():
+    """aot_eager keeps no cache: a compile with it moves none of torch's cache counters (the
+    Inductor half, hits in a warm process, is the train suite's test)."""
+    before = cache_counts()
+    f = torch.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager")
+    f(torch.randn(4, requires_grad=True)).backward()
+    after = cache_counts()
+    assert after == before and set(after) >= {"fxgraph_hit", "aot_autograd_hit"}
+    zero = dict.fromkeys(after, 0)
+    assert cache_sentence(zero, "aot_eager") == (
+        "no compile cache looked up (backend aot_eager keeps none): a cold compile"
+    )
+
+
+def test_the_cache_sentence_counts_hits_over_lookups_and_says_when_nothing_was_recorded():
+    counts = {"fxgraph_hit": 3, "fxgraph_miss": 1, "aot_autograd_hit": 1, "aot_autograd_miss": 0}
+    assert cache_sentence(counts, "inductor") == "4 of 5 compile-cache lookups hit"
+    missed = dict.fromkeys(counts, 0) | {"fxgraph_miss": 2}
+    assert cache_sentence(missed, "inductor") == "no compile-cache hit: 2 lookups missed"
+    assert cache_sentence(None, "inductor") == "compile-cache lookups not recorded"

@@ -362,6 +362,17 @@ def test_cli_trains_eager_and_compiled_in_all_four_scenarios(train_run):
     assert compiled["warm"]["first_step_s"] < compiled["cold"]["first_step_s"]
     assert compiled["cold"]["compile"]["graphs"] >= 1
     assert compiled["shape_change"]["tokens_per_step"] == 2 * 16
+    # Because the caches served it (torch's counters, read in each process): cold looked up and
+    # missed, warm hit, and the warm first step's headline says so.
+    cold, warm = compiled["cold"]["compile"]["cache"], compiled["warm"]["compile"]["cache"]
+    assert cold["fxgraph_hit"] == 0 < cold["fxgraph_miss"]
+    assert warm["fxgraph_hit"] > 0 and warm["aot_autograd_hit"] > 0
+    assert scenarios["eager"]["warm"]["compile"]["cache"] == dict.fromkeys(cold, 0)
+    heads = json.loads(next(out.glob("*/report.json")).read_text())["runs"][0]["headlines"]
+    [warm_head] = [h for h in heads if h["label"] == "compiled first step (warm)"]
+    hits = warm["fxgraph_hit"] + warm["aot_autograd_hit"]
+    lookups = hits + warm["fxgraph_miss"] + warm["aot_autograd_miss"]
+    assert warm_head["note"].endswith(f"; {hits} of {lookups} compile-cache lookups hit")
     # Eager and compiled losses agree in every scenario (what `pass` requires).
     assert all(v["ok"] for v in r.diagnostics["parity"].values())
     assert set(r.diagnostics["ledger"]) == set(SCENARIOS)

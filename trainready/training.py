@@ -63,7 +63,7 @@ from trainready.device import (
 from trainready.models.moe_dispatch import implementation as moe_implementation
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
 from trainready.probes import ties
-from trainready.probes.compile import CompileProbe
+from trainready.probes.compile import CompileProbe, cache_counts
 from trainready.probes.drift import reference_rate
 from trainready.probes.drift import workload as reference_workload
 from trainready.probes.flops import training_flops_per_token
@@ -435,7 +435,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         # metrics this torch or backend cannot give, with the reason (never dropped silently)
         "memory_unavailable": memory.get("unavailable"),
         "finite": all(math.isfinite(x) for x in losses),
-        "compile": {**probe.report.to_json(), "phases": compile_phases()},
+        "compile": {**probe.report.to_json(), "phases": compile_phases(), "cache": cache_counts()},
     }
 
 

@@ -139,6 +139,38 @@ def _counters() -> dict[str, Counter]:
     return {k: Counter(v) for k, v in copy.deepcopy(dict(counters)).items()}
 
 
+# torch's own counters of its compile caches: Inductor's FX-graph cache and AOTAutograd's cache
+# (Inductor only). A backend without a cache (aot_eager, eager, most vendors' before they adopt
+# them) counts none of them: a process whose counts stay 0 compiled without looking one up.
+_CACHE_COUNTERS = {
+    "fxgraph_hit": ("inductor", "fxgraph_cache_hit"),
+    "fxgraph_miss": ("inductor", "fxgraph_cache_miss"),
+    "aot_autograd_hit": ("aot_autograd", "autograd_cache_hit"),
+    "aot_autograd_miss": ("aot_autograd", "autograd_cache_miss"),
+    "aot_autograd_bypass": ("aot_autograd", "autograd_cache_bypass"),
+}
+
+
+def cache_counts() -> dict[str, int]:
+    """Compile-cache lookups so far in this process (`_CACHE_COUNTERS`), by outcome."""
+    from torch._dynamo.utils import counters
+
+    return {name: int(counters[group][key]) for name, (group, key) in _CACHE_COUNTERS.items()}
+
+
+def cache_sentence(counts: dict[str, int] | None, backend: str | None) -> str:
+    """What a compile's cache lookups say about a first step with warm caches, in a few words."""
+    if not counts:
+        return "compile-cache lookups not recorded"
+    hits = counts.get("fxgraph_hit", 0) + counts.get("aot_autograd_hit", 0)
+    lookups = hits + sum(counts.get(k, 0) for k in ("fxgraph_miss", "aot_autograd_miss"))
+    if hits:
+        return f"{hits} of {lookups} compile-cache lookups hit"
+    if lookups:
+        return f"no compile-cache hit: {lookups} lookups missed"
+    return f"no compile cache looked up (backend {backend or 'unknown'} keeps none): a cold compile"
+
+
 def _compile_seconds() -> list[float]:
     from torch._dynamo.utils import compilation_time_metrics
 

@@ -82,14 +82,13 @@ from typing import Any
 
 import torch
 import torch.nn.attention.flex_attention as flex_module
-from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext, Unsupported
 from trainready.device import device_type, is_oom, synchronize, torch_dtype
-from trainready.probes.compile import FIRST_COMPILE_KEY, first_compile_in_process
+from trainready.probes.compile import FIRST_COMPILE_KEY, cache_counts, first_compile_in_process
 from trainready.probes.flops import attention_backward_flops, attention_flops
 from trainready.probes.numerics import judge_many, noise_rmse
 from trainready.probes.timing import TimingStats, benchmark
@@ -494,8 +493,8 @@ def probe_user_variant(variant: Variant) -> None:
 
 def _inductor_cache() -> dict[str, int]:
     """Inductor's FX-graph cache hits and misses so far in this process."""
-    inductor = counters["inductor"]
-    return {k: int(inductor[f"fxgraph_cache_{k}"]) for k in ("hit", "miss")}
+    counts = cache_counts()
+    return {k: counts[f"fxgraph_{k}"] for k in ("hit", "miss")}
 
 
 def _flops(shape: Shape, pass_: str, share: float) -> tuple[float, float]:

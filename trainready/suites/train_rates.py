@@ -407,6 +407,8 @@ def _compile_summary(c: dict[str, Any]) -> dict[str, Any]:
     summary = {k: c[k] for k in ("graph_breaks", "recompiles", "graphs", "break_reasons") if k in c}
     summary["recompile_reasons"] = c.get("recompile_reasons", [])[:5]
     summary["phases"] = phases
+    if "cache" in c:  # the process's compile-cache lookups (probes/compile.py: cache_counts)
+        summary["cache"] = c["cache"]
     if "dynamo_s" in phases:
         # Dynamo's frame compiles include the forward backend compile; the backward graph is
         # compiled at the first backward, outside them.

@@ -18,6 +18,7 @@ import math
 
 from trainready.core.case import Result
 from trainready.ledger import Mode
+from trainready.probes.compile import cache_sentence
 from trainready.report import fmt
 from trainready.report.blocks import Block, Chart, Column, Stat, Table, Text, num
 from trainready.report.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
@@ -243,11 +244,17 @@ def headlines(run: RunView) -> list[Stat]:
             )
         # The clocks a researcher lives by: compiled first step with cold and warm caches and
         # after an ablation (each one process start: 1 sample), then steady compiled throughput.
+        # Past cold, whether the caches served it: a backend without one compiles cold again.
         for scenario in ("cold", "warm", "arch_change"):
             key = f"compiled_{scenario}_first_step_s"
             if finite(m.get(key)):
                 label = f"compiled first step ({scenario.replace('_', ' ')})"
-                stats.append(Stat(label, m[key], fmt.seconds, f"{r.case.name}, 1 sample"))
+                note = f"{r.case.name}, 1 sample"
+                if scenario != "cold":
+                    compiled = _scenarios(r).get("compiled", {}).get(scenario) or {}
+                    cache = (compiled.get("compile") or {}).get("cache")
+                    note += f"; {cache_sentence(cache, r.case.params.get('compile_backend'))}"
+                stats.append(Stat(label, m[key], fmt.seconds, note))
         if rate := rate_stat(r):
             stats.append(rate)
             if r.diagnostics.get("host_fallback"):
