@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 aten = torch.ops.aten
 # Ops whose fake run says nothing about a layout: the fake-tensor machinery's own (lift_fresh),
-# storage swaps, and outputs whose shape depends on the data.
+# views that change their input in place, and outputs whose shape depends on the data.
 _SKIP = frozenset({aten.lift_fresh.default, aten.lift_fresh_copy.default})
 _SKIP_TAGS = (
     torch.Tag.dynamic_output_shape,

@@ -48,7 +48,8 @@ meanwhile. A routed eager case records its routing in its device run (no second 
 
 Statuses: `unsupported` (the model cannot be built here, or its numerics cannot be judged here,
 with the reason), `fail_run` (the model
-raises, in the reference or on the device), `fail_compile` (it runs eagerly but raises compiled),
+raises, in the reference or on the device), `fail_compile` (it runs eagerly but raises compiled;
+the error names the ops whose output layout differs from their meta kernel's, `probes/layouts.py`),
 `fail_numerics` (naming the worst tensors, e.g. `layers.1.mlp.w2.weight.grad rmse ratio 7.3`, or
 the first diverging step), else `pass`.
 
