@@ -521,7 +521,16 @@ def _execute(case: Case, ctx: CaseContext, out: Outcome) -> Outcome:
         checked = (ref, dev, base)
         base, problems = escalated(subject, data, steps, checked, out, phase, verdicts, replay)
         out.diagnostics["same_dtype_baseline"] = base.describe()
-    elif problems and not dev.untied and borderline(out, verdicts, zero_allowed=True):
+    elif (
+        problems
+        and not dev.untied
+        and borderline(
+            out,
+            verdicts,
+            zero_allowed=True,
+            baseline_zeros=base.exact_zeros(ref.named(after_step=False)),
+        )
+    ):
         checked = (ref, dev, base)
         base, problems, verdicts = pooled(
             subject, data, steps, checked, out, phase, verdicts, replay, problems

@@ -155,6 +155,19 @@ class Baseline:
             out[n] = math.hypot(out[n], self.reference_noise.get(n, 0.0))
         return out
 
+    def exact_zeros(self, ref: dict[str, torch.Tensor]) -> frozenset[str]:
+        """The pre-step tensors every run of the baseline has exactly zero where the float64
+        reference does not: there the runs' distance from float64 is float64's own residue,
+        not a sample of the residue an honest run in another order leaves
+        (`parity_verdicts.borderline`)."""
+        named = [r.named(after_step=False) for r in self.runs]
+        return frozenset(
+            n
+            for n, r in ref.items()
+            if bool(r.any())
+            and all(n in t and t[n].shape == r.shape and not bool(t[n].any()) for t in named)
+        )
+
     def _rounded_noise(self, name: str, ref: torch.Tensor) -> float:
         """The rounded float64 run's distance from the reference on a tensor (0 where there is
         no such run, or it went non-finite where the reference did not: a float64 constant

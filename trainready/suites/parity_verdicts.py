@@ -10,6 +10,7 @@ distance from it), and the loss curve step by step.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -164,18 +165,28 @@ def zeroed(
     )
 
 
-def borderline(out: Outcome, verdicts: dict[str, Verdict], zero_allowed: bool = False) -> bool:
+def borderline(
+    out: Outcome,
+    verdicts: dict[str, Verdict],
+    zero_allowed: bool = False,
+    baseline_zeros: Collection[str] = (),
+) -> bool:
     """Whether the case failed on its loss curve alone, or on tensors that all miss their bound
     by at most BORDERLINE (what more honest runs can settle). With `zero_allowed`, a tensor
-    allowed nothing counts too (the reference and a single baseline run both exactly 0 there:
-    one run's exact zero says nothing of the residue another honest run leaves)."""
+    allowed nothing counts too (the reference and a single baseline run both exactly 0 there),
+    and so does a tensor in `baseline_zeros`, which the single baseline run has exactly 0 where
+    float64 leaves its residue (a gradient zero in exact arithmetic, such as an attention key
+    bias's, that the CPU's kernel cancels exactly): one run's exact zero says nothing of the
+    residue another honest order of the same sums leaves."""
 
-    def settles(v: Verdict) -> bool:
+    def settles(name: str, v: Verdict) -> bool:
         if v.threshold is None:  # a shape or non-finite mismatch: no run settles it
             return False
-        return over_allowance(v) <= BORDERLINE or (zero_allowed and v.threshold == 0)
+        if zero_allowed and (v.threshold == 0 or name in baseline_zeros):
+            return True
+        return over_allowance(v) <= BORDERLINE
 
-    failing = [v for v in verdicts.values() if not v.ok]
-    return all(settles(v) for v in failing) and (
+    failing = {n: v for n, v in verdicts.items() if not v.ok}
+    return all(settles(n, v) for n, v in failing.items()) and (
         bool(failing) or not out.diagnostics["curve"]["ok"]
     )
