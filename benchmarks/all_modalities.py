@@ -35,7 +35,7 @@ from pathlib import Path
 
 from trainready.core.case import Case, Result
 from trainready.core.store import Store
-from trainready.report.fmt import plural
+from trainready.reporting.fmt import plural
 
 # A stretch this long with no case running is a stopped run (resumed later), not the run's time.
 STOPPED_S = 300.0

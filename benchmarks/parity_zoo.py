@@ -4,7 +4,7 @@
                                     [--jobs J] [--steps S] [--out FILE.json]
 
 Runs a Hugging Face zoo (`causal`: the causal-LM types, the default; `task`: every other type
-with a task head, `models/hf_tasks.py`), the first N types or every K-th from the I-th (a shard),
+with a task head, `models/zoo/hf_tasks.py`), the first N types or every K-th from the I-th (a shard),
 in eager fp32 through `trainready.run`, then reports:
 - cases per minute, from the first to the last stored result (steady state, workers warm);
 - the runner overhead share: the part of the workers' busy time not spent inside cases,
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from trainready import api
-from trainready.models import hf_tasks
-from trainready.models.hf import model_types
+from trainready.models.zoo import hf_tasks
+from trainready.models.zoo.hf_causal import model_types
 
 
 class _Marks(api.Observer):

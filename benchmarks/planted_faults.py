@@ -259,12 +259,14 @@ def _options(probe: Probe) -> dict[str, Any]:
 
 
 def _case(probe: Probe, backend: str):
-    from trainready.config import RunConfig
-    from trainready.suites import matmul, parity
+    from trainready.core.config import RunConfig
+    from trainready.suites.matmul import suite as matmul
+    from trainready.suites.parity import suite as parity
 
     device = "emu" if probe.column == "emu" else "cpu"
     if probe.suite in SUITE_COLUMN:
-        from trainready.suites import dist, flex
+        from trainready.suites.dist import suite as dist
+        from trainready.suites.flex import suite as flex
         from trainready.testing import dist_faults
 
         suite, listed = (flex, flex) if probe.suite == "flex" else (dist_faults, dist)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks import trivial_suite
 from trainready import api
-from trainready.config import RunConfig
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.ray_executor import RayExecutor, local_init_kwargs, task_resources
 from trainready.core.runner import Job, Runner

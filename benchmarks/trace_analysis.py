@@ -25,8 +25,8 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   `analysis.summary` (steps, hardware rows, FLOPs/MFU, dependencies, critical paths, memory,
   source lines too; target <= 10 s and <= 2 GB);
 - whole processes (`--whole-repeat N` rounds per trace, 0: none): the user's command,
-  `trainready analyze TRACE` as its console script runs it (`trainready.entry:main`, or
-  `trainready.cli:main` in a tree without entry.py; every analysis and the printed tables, output
+  `trainready analyze TRACE` as its console script runs it (`trainready.cli.entry:main`, or
+  `trainready.cli.app:main` in a tree without entry.py; every analysis and the printed tables, output
   to /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a
   fresh `python -c` running HTA's load and five analyses as above; wall time and CPU time of each
   child (its workers included), imports and interpreter start-up included. Output to /dev/null
@@ -205,7 +205,11 @@ TERMINAL = {"TTY_COMPATIBLE": "1"}
 def _analyze_cmd(tree: Path, path: Path) -> list[str]:
     """`trainready analyze PATH` as the console script of the source tree `tree` runs it (`-c`
     imports the package of the cwd first): its entry module's main()."""
-    entry = "trainready.entry" if (tree / "trainready" / "entry.py").is_file() else "trainready.cli"
+    entry = (
+        "trainready.cli.entry"
+        if (tree / "trainready" / "entry.py").is_file()
+        else "trainready.cli.app"
+    )
     code = f"import sys; sys.argv[0] = 'trainready'; from {entry} import main; main()"
     return [sys.executable, "-c", code, "analyze", str(path)]
 

@@ -22,12 +22,12 @@ import time
 
 import torch
 
-from trainready.models.float64 import recording_dtypes
 from trainready.models.task import cast_batch
+from trainready.models.zoo.float64 import recording_dtypes
 
 TOL = 1e-4
 FLOOR = 1e-2  # gradients below 1% of the model's largest: error relative to that 1%
-ZOOS = {"timm": "trainready.models.timm_zoo", "diffusers": "trainready.models.diffusers_zoo"}
+ZOOS = {"timm": "trainready.models.zoo.timm", "diffusers": "trainready.models.zoo.diffusers"}
 
 
 def _rel(a: torch.Tensor, ref: torch.Tensor, floor: float = 1e-30) -> float:

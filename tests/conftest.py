@@ -27,7 +27,7 @@ def scorecard_html(tmp_path_factory) -> Path:
     once for the browser tests of every browser."""
     from trainready import api
     from trainready.core.store import Store
-    from trainready.report import write_reports
+    from trainready.reporting import write_reports
 
     out = tmp_path_factory.mktemp("scorecard")
     summary = api.run(["matmul"], device="cpu", out=out, filter="matmul/Qwen3-8B/*")

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trainready.config import RunConfig
 from trainready.core.case import Case, Outcome
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
-from trainready.launch import RankEnv
-from trainready.suites import dist
-from trainready.suites.dist_cases import collectives, models
-from trainready.suites.dist_cases import run_case as real_run_case
+from trainready.core.launch import RankEnv
+from trainready.suites.dist import collectives, models
+from trainready.suites.dist import suite as dist
+from trainready.suites.dist.rank import run_case as real_run_case
 
 NAME = "dist"
 DEFAULT_DTYPE = dist.DEFAULT_DTYPE

@@ -1,5 +1,5 @@
 """A suite whose cases say whether tests.import_probe_mod was imported where they run: in the case
-worker, and in a rank the worker starts with trainready.launch (as the dist suite does)."""
+worker, and in a rank the worker starts with trainready.core.launch (as the dist suite does)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def cases(cfg) -> list[Case]:
 
 
 def seen(env=None) -> dict:
-    """`trainready.launch` target too: what this process knows of the probe module."""
+    """`trainready.core.launch` target too: what this process knows of the probe module."""
     return {"imported": PROBE in sys.modules, "pid": os.getpid()}
 
 
@@ -27,7 +27,7 @@ def execute(case: Case, ctx) -> Outcome:
     if case.params["where"] == "worker":
         here = seen()
     else:
-        from trainready.launch import launch
+        from trainready.core.launch import launch
 
         res = launch(f"{__name__}:seen", 1, device="cpu", timeout_s=100)
         if not res.ok:

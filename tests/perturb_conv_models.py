@@ -153,7 +153,7 @@ def parity_case(name: str, module: str = __name__):
     from trainready.core.case import Case
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
-    from trainready.suites import parity
+    from trainready.suites.parity import suite as parity
 
     factory = f"{module}:{name}"
     params = {"source": "factory", "model": name, "factory": factory}

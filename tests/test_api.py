@@ -12,8 +12,8 @@ import pytest
 
 import trainready
 from tests.clirun import ROOT, cli
-from trainready.config import ConfigError
 from trainready.core.case import Case, Result
+from trainready.core.config import ConfigError
 from trainready.core.store import RunRecord, Store
 from trainready.device import device_key
 
@@ -36,17 +36,17 @@ def test_report_stays_callable_after_its_subpackage_is_imported(tmp_path):
     ref = _stored_run(tmp_path, "r1")
     first = trainready.report(ref, fmt="md")
     assert trainready.report(ref, fmt="md") == first  # a second call (the first imports render)
-    importlib.import_module("trainready.report.html")
-    importlib.import_module("trainready.mfu")
+    importlib.import_module("trainready.reporting.html")
+    importlib.import_module("trainready.metrics.mfu")
     assert trainready.report(ref, fmt="md") == first
     assert callable(trainready.mfu)
 
 
 def test_api_names_are_functions_in_any_import_order():
     code = (
-        "import trainready.report.html, trainready.mfu, trainready.report.json_report\n"
+        "import trainready.reporting.html, trainready.metrics.mfu, trainready.reporting.json_report\n"
         "import trainready\n"
-        "from trainready.report import render\n"
+        "from trainready.reporting import render\n"
         "assert all(callable(getattr(trainready, n)) for n in trainready.__all__[:-1]), "
         "[getattr(trainready, n) for n in trainready.__all__]\n"
     )

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
-from trainready.cli import unused_flag_warnings
-from trainready.config import DTYPES
+from trainready.cli.app import unused_flag_warnings
+from trainready.core.config import DTYPES
 from trainready.core.plan import shard_of
+from trainready.metrics.peaks import KINDS
 from trainready.models.specs import list_specs
-from trainready.peaks import KINDS
 from trainready.suites import FLAG_USERS, SUITES
 
 ROOT = Path(__file__).resolve().parent.parent

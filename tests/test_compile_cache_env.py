@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from trainready.config import RunConfig
 from trainready.core.case import Outcome
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.device import compile_cache_env
-from trainready.suites import train as suite
-from trainready.suites import train_plan, train_processes
-from trainready.suites.train import SCENARIOS
-from trainready.training import TrainSpec
+from trainready.suites.train import plan, suite
+from trainready.suites.train import processes as train_processes
+from trainready.suites.train.loop import TrainSpec
+from trainready.suites.train.suite import SCENARIOS
 
 CACHE_VARS = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TMPDIR"}
 NEURON_VARS = {"TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL"}
@@ -131,7 +131,7 @@ def test_each_mode_gets_a_fresh_cache_that_its_scenarios_share_in_order(monkeypa
 
     # Scenario by scenario, both modes in turn (so load drifting over the case hits both alike).
     expected = [
-        train_plan.scenario_spec(case.params, "cpu", m, s) for s in SCENARIOS for m in suite.MODES
+        plan.scenario_spec(case.params, "cpu", m, s) for s in SCENARIOS for m in suite.MODES
     ]
     assert [spec for spec, _, _ in fake.calls] == expected * 2
     runs = [fake.calls[i : i + len(expected)] for i in (0, len(expected))]

@@ -10,23 +10,17 @@ import torch
 import torch.distributed as dist_api
 
 import trainready
-from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Result
+from trainready.core.config import ConfigError, RunConfig
 from trainready.core.context import CaseContext
+from trainready.core.launch import LaunchError, LaunchResult, RankEnv
 from trainready.core.store import Store
 from trainready.device import default_pg_backend, rank_device, torch_dtype
-from trainready.launch import LaunchError, LaunchResult, RankEnv
 from trainready.probes.numerics import judge, noise_rmse
-from trainready.report import render
-from trainready.suites import dist
-from trainready.suites.dist_cases import collectives, models
-from trainready.suites.dist_cases.collectives import (
-    OPS,
-    busbw_factor,
-    data,
-    numel_for,
-    uneven_splits,
-)
+from trainready.reporting import render
+from trainready.suites.dist import collectives, models
+from trainready.suites.dist import suite as dist
+from trainready.suites.dist.collectives import OPS, busbw_factor, data, numel_for, uneven_splits
 
 # -- pure parts -----------------------------------------------------------------------------------
 

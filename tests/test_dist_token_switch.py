@@ -19,11 +19,11 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 
-from trainready.config import RunConfig
-from trainready.launch import RankEnv, RankPool
-from trainready.suites import dist as dist_suite
-from trainready.suites.dist_cases import moe
-from trainready.suites.dist_cases import run_case as real_run_case
+from trainready.core.config import RunConfig
+from trainready.core.launch import RankEnv, RankPool
+from trainready.suites.dist import moe
+from trainready.suites.dist import suite as dist_suite
+from trainready.suites.dist.rank import run_case as real_run_case
 
 BUDGET_S = 120.0
 

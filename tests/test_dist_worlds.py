@@ -12,8 +12,8 @@ import pytest
 import trainready
 from trainready.core.case import Result
 from trainready.core.store import Store
-from trainready.report import render
-from trainready.suites.dist_cases.collectives import OPS
+from trainready.reporting import render
+from trainready.suites.dist.collectives import OPS
 
 pytestmark = pytest.mark.slow  # every test starts 1-4 ranks: 7-20 s each on 2 cores
 

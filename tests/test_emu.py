@@ -512,7 +512,7 @@ def _check_ctc_term_under_the_watch() -> None:
     logits' device (CPU lengths beside device logits raised a device mix under the watch)."""
     _emu()
     from trainready.device.dispatch import DispatchWatch
-    from trainready.models.task_losses import Term, term_loss
+    from trainready.models.zoo.losses import Term, term_loss
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 12, 6, generator=g).to("emu").requires_grad_()
@@ -562,7 +562,7 @@ def _check_parity_names_the_broken_tie() -> dict:
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
     from trainready.models.synthetic import BASE
-    from trainready.suites import parity
+    from trainready.suites.parity import suite as parity
     from trainready.testing import faults
 
     config = {**BASE, "embeddings": "tied"}
@@ -725,8 +725,8 @@ def _launched_all_reduce(env: Any) -> dict:
 
 
 def test_trainready_launcher_runs_ranks_on_emu() -> None:
-    pytest.importorskip("trainready.imports")  # TRAINREADY_IMPORT: ranks import emu first
-    from trainready.launch import launch
+    pytest.importorskip("trainready.core.imports")  # TRAINREADY_IMPORT: ranks import emu first
+    from trainready.core.launch import launch
 
     res = launch(
         f"{__name__}:_launched_all_reduce",
@@ -798,14 +798,15 @@ def test_concurrent_first_builds_build_once_despite_a_stale_baton(tmp_path) -> N
 
 def _check_routing_flip_judged_by_pooled_honest_runs(pool: bool) -> dict:
     _emu()
-    from trainready.config import RunConfig
+    from trainready.core.config import RunConfig
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
-    from trainready.suites import parity, parity_plan
+    from trainready.suites.parity import plan
+    from trainready.suites.parity import suite as parity
 
     cfg = RunConfig(suites=["parity"], device="emu", preset="quick", dtype="bf16",
                     options={"zoo": "hf", "hf_types": "llama4_text", "modes": "eager"})  # fmt: skip
-    case = next(c for c in parity_plan.cases(cfg) if c.id == "parity/hf/llama4_text/eager/bf16")
+    case = next(c for c in plan.cases(cfg) if c.id == "parity/hf/llama4_text/eager/bf16")
     if not pool:
         parity.BORDERLINE, keep = 0.0, parity.BORDERLINE
     try:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainready import device, env
-from trainready.env import git_sha, relevant_env_vars, snapshot
+from trainready import device
+from trainready.core import env
+from trainready.core.env import git_sha, relevant_env_vars, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 

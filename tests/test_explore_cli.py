@@ -15,7 +15,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from tests.clirun import default_signals
-from trainready.cli import app
+from trainready.cli.app import app
 
 
 def explore(*args: str, cwd: Path, monkeypatch) -> Result:

@@ -7,8 +7,8 @@ from transformers import PretrainedConfig
 from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-from trainready.models import families
-from trainready.models.families import MODALITIES, extra_traits, modality
+from trainready.models.zoo import families
+from trainready.models.zoo.families import MODALITIES, extra_traits, modality
 
 
 def test_every_config_type_gets_a_modality():

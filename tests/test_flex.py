@@ -12,15 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
-from trainready.config import RunConfig
 from trainready.core.case import Case, Result
+from trainready.core.config import RunConfig
 from trainready.core.context import Unsupported
 from trainready.core.store import RunRecord, Store
-from trainready.report import render
-from trainready.report.model import build_report
-from trainready.report.sections import flex as flex_section
-from trainready.suites import flex
-from trainready.suites.flex_variants import BUILTIN, Shape
+from trainready.reporting import render
+from trainready.reporting.model import build_report
+from trainready.reporting.sections import flex as flex_section
+from trainready.suites.flex import suite as flex
+from trainready.suites.flex.variants import BUILTIN, Shape
 
 SHAPE = Shape(B=2, Hq=4, Hkv=2, S=128, D=16)
 
@@ -139,7 +139,7 @@ def _eager(x: flex.Inputs, mods: flex.Mods) -> torch.Tensor:
 
 def _planted(name: str) -> flex.Mods:
     """A variant of the planted-fault file, loaded as `--variants` loads it."""
-    from trainready.suites.flex_variants import load_user_variants
+    from trainready.suites.flex.variants import load_user_variants
     from trainready.testing.flex_faults import PATH
 
     return load_user_variants(PATH)[name].build(SHAPE, "cpu")

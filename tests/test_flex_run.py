@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trainready.device.peak as peak
-from trainready.cli import app
+from trainready.cli.app import app
 
 pytestmark = pytest.mark.slow  # every test reads one compiled flex run of over 20 s
 

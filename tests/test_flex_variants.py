@@ -16,10 +16,10 @@ import torch.nn.attention.flex_attention as flex_module
 
 from tests.test_flex import SHAPE, _cases, _inputs
 from trainready import api
-from trainready.config import ConfigError, RunConfig
+from trainready.core.config import ConfigError, RunConfig
 from trainready.core.plan import plan
-from trainready.suites import flex
-from trainready.suites.flex_variants import BUILTIN, load_user_variants
+from trainready.suites.flex import suite as flex
+from trainready.suites.flex.variants import BUILTIN, load_user_variants
 
 GOOD = """
 import math

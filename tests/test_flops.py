@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from trainready.data import model_entries
-from trainready.models.specs import get_spec
-from trainready.probes.flops import (
+from trainready.metrics.flops import (
     attention_backward_flops,
     attention_flops,
     attention_flops_per_token,
@@ -21,6 +20,7 @@ from trainready.probes.flops import (
     model_flops_per_token,
     training_flops_per_token,
 )
+from trainready.models.specs import get_spec
 
 
 def test_torchtitan_qwen3_debugmodel():
@@ -165,7 +165,7 @@ def _counted(fn, custom=None) -> tuple[int, dict[str, int]]:
 
 @pytest.mark.parametrize("pass_", ["fwd", "dX", "dW"])
 def test_matmul_suite_gemm_flops_equal_flop_counter(pass_):
-    from trainready.suites import matmul
+    from trainready.suites.matmul import suite as matmul
 
     m, n, k = 8, 48, 32
     first, second = matmul.operands(pass_, m, n, k, torch.float32, "cpu")
@@ -197,7 +197,7 @@ def _train_step_flops(size: str, batch: int, seq: int):
             torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
 
     counted, by_op = _counted(step, {torch.ops.aten._grouped_mm: _grouped_mm_flop})
-    # As the train suite computes it (trainready/training.py): N without the input embedding
+    # As the train suite computes it (trainready/suites/train/loop.py): N without the input embedding
     # unless tied, MoE experts at top_k / num_experts.
     params = num_params(model, exclude_embedding=True, active=True)
     formula = (
@@ -251,8 +251,8 @@ def test_flex_flops_equal_flop_counter_dense_and_discount_the_kept_blocks():
     from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
     from torch.utils.flop_counter import flop_registry
 
-    from trainready.suites import flex
-    from trainready.suites.flex_variants import Shape
+    from trainready.suites.flex import suite as flex
+    from trainready.suites.flex.variants import Shape
 
     shape = Shape(B=2, Hq=4, Hkv=4, S=256, D=32)
     q = torch.empty(shape.B, shape.Hq, shape.S, shape.D, device="meta")

@@ -10,10 +10,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from trainready.cli import app
+from trainready.cli.app import app
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
-from trainready.gate import evaluate, parse_threshold
+from trainready.reporting.gate import evaluate, parse_threshold
 
 CASES = [Case("matmul", f"m/op{i}/M128/fwd", {"M": 128, "N": 64, "K": 64}) for i in range(5)]
 

@@ -3,7 +3,7 @@ headline either states an interval that the other run's agrees with (they overla
 inconclusive and why, or states its sample (a first step is one process start).
 
 A headline's interval covers the timing noise within the run and the machine's drift that the
-run's drift reference saw (`trainready.stats.drift`): a reference GEMM read before and after each
+run's drift reference saw (`trainready.metrics.stats.drift`): a reference GEMM read before and after each
 timed loop (a matmul case's; a training process's steady steps), and at the peak's calibration.
 The train rates cover, besides, what a rerun's new processes may land on: each scenario is a
 fresh process, and the rates' intervals are over processes (`stats.level_interval`), not steps.
@@ -24,8 +24,8 @@ from tests.clirun import cli
 from tests.test_train_rates import train_record
 from trainready.core.case import Case, Result
 from trainready.core.store import Store
-from trainready.report.sections.matmul import mfu_at_m, run_drift
-from trainready.suites.train import Scenario, judge
+from trainready.reporting.sections.matmul import mfu_at_m, run_drift
+from trainready.suites.train.suite import Scenario, judge
 
 # Tiny but real: the smoke matmul cases (three GEMMs at M=128); the debug model trained cold
 # and warm (cold and warm re-time the same work: the train drift reference), 6 steady steps per
@@ -246,7 +246,7 @@ def test_the_report_shows_the_drift_reference_and_the_widening(tmp_path):
     """Every format renders the headlines' notes: the drift reference's range, the move, the
     widened interval beside the timing noise, or the inconclusive reason."""
     from trainready.core.store import RunRecord
-    from trainready.report import render
+    from trainready.reporting import render
 
     widened = _matmul_run(0.8, [[100e9, 100e9], [100e9, 83e9], [83e9, 83e9]])
     moved = _matmul_run(0.7, [[100e9, 100e9], [100e9, 77e9], [77e9, 77e9]], calibration=100e9)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from trainready.core.case import Case, Result
-from trainready.report.sections import host
-from trainready.report.sections.parity import graph_breaks_stat
+from trainready.reporting.sections import host
+from trainready.reporting.sections.parity import graph_breaks_stat
 
 
 def _result(name: str, **diagnostics) -> Result:

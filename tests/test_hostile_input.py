@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 
 from tests.clirun import default_signals
 from trainready import api
-from trainready.cli import app
+from trainready.cli.app import app
 from trainready.core import store as store_module
 from trainready.core.case import Case
 from trainready.core.lock import RunInUse, RunLock

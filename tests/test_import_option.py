@@ -1,5 +1,5 @@
 """`--import MODULE` / TRAINREADY_IMPORT: the modules are imported in the CLI process, in every
-case worker, in the ranks of the launcher and in training processes; a module that fails to import
+case worker, in the ranks of the launcher and in loop processes; a module that fails to import
 is one line naming it (exit 2) in the CLI, and a failed case in a worker, never a hang."""
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.clirun import ROOT, cli
-from trainready import api, training
-from trainready.cli import app
-from trainready.config import RunConfig
+from trainready import api
+from trainready.cli.app import app
 from trainready.core.case import Case
+from trainready.core.config import RunConfig
+from trainready.core.imports import ENV_VAR, ImportFailed, import_modules, requested
+from trainready.core.launch import LaunchError, launch
 from trainready.core.runner import Job, Runner
 from trainready.core.store import Store
-from trainready.imports import ENV_VAR, ImportFailed, import_modules, requested
-from trainready.launch import LaunchError, launch
 from trainready.profile import capture
+from trainready.suites.train import loop
 
 PROBE = "tests.import_probe_mod"
 SUITE = "tests.import_probe_suite"
@@ -117,7 +118,7 @@ def test_run_imports_in_the_cli_process_the_worker_and_its_ranks(tmp_path, probe
         assert r.status == "pass", r.diagnostics
         assert r.metrics["imported"] == 1.0
         assert int(r.metrics["pid"]) in _pids(probe_log)
-    # The worker passes the list on to what it starts (ranks, training processes).
+    # The worker passes the list on to what it starts (ranks, loop processes).
     assert results["worker"].diagnostics["env"] == PROBE
     assert len(_pids(probe_log)) == 3  # CLI, worker, rank
 
@@ -156,12 +157,12 @@ def test_a_rank_that_cannot_import_ends_the_launch_naming_the_module():
 def test_a_training_process_imports_first(tmp_path, probe_log, monkeypatch):
     spec, out = tmp_path / "spec.json", tmp_path / "out.json"  # no spec: the import comes first
     monkeypatch.setenv(ENV_VAR, PROBE)
-    assert training.main([str(spec), str(out)]) == 1
+    assert loop.main([str(spec), str(out)]) == 1
     assert os.getpid() in _pids(probe_log)
     assert "FileNotFoundError" in json.loads(out.read_text())["error"]
 
     monkeypatch.setenv(ENV_VAR, MISSING)
-    assert training.main([str(spec), str(out)]) == 1
+    assert loop.main([str(spec), str(out)]) == 1
     assert MISSING_LINE.removeprefix("error: ") in json.loads(out.read_text())["error"]
 
 

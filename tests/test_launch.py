@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from trainready.core.context import Unsupported
-from trainready.launch import LaunchError, RankEnv, RankPool, launch, target_name
+from trainready.core.launch import LaunchError, RankEnv, RankPool, launch, target_name
 
 
 # -- targets the ranks import by name ------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_a_backend_that_cannot_start_is_a_launch_error() -> None:
 
 _HOLDER = """
 import sys, time
-from trainready.launch import RankPool
+from trainready.core.launch import RankPool
 pool = RankPool(1, device="cpu")
 pool.start(timeout_s=120)
 print(pool.launcher_pid, *pool.pids, flush=True)

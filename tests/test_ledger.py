@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
-from trainready.config import ConfigError
-from trainready.ledger import (
+from trainready.core.config import ConfigError
+from trainready.metrics.ledger import (
     Mode,
     ahead_until_step,
     break_even_range,

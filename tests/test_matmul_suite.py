@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from trainready.config import RunConfig
 from trainready.core.case import Case
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.data import model_entries
-from trainready.suites import matmul
+from trainready.suites.matmul import suite as matmul
 
 PEAK = {"flops": 1e12, "source": "measured", "label": "vs measured peak"}
 

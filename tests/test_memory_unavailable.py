@@ -73,7 +73,7 @@ def test_with_no_memory_api_at_all_every_reason_is_kept(accelerator):
 
 def test_the_train_report_says_which_memory_metric_was_unavailable_and_why():
     from trainready.core.case import Case, Result
-    from trainready.report.sections.train import clocks_table
+    from trainready.reporting.sections.train import clocks_table
 
     why = "torch 2.13.0 has no torch.accelerator.max_memory_allocated"
     scenario = {

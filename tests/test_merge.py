@@ -11,7 +11,7 @@ import pytest
 from tests.clirun import cli
 from trainready import api
 from trainready.api import _MergeInput, _missing_shards
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.core.store import RunRecord, Store
 
 SUITE = "tests.faulty_suite"

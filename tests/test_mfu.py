@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from trainready import peaks
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.data import model_entries
-from trainready.mfu import calculate, format_text
+from trainready.metrics import peaks
+from trainready.metrics.flops import model_flops_per_token
+from trainready.metrics.mfu import calculate, format_text
 from trainready.models.specs import get_spec, list_specs
-from trainready.probes.flops import model_flops_per_token
 
 QWEN3_8B_CONFIG = {  # the fields of huggingface.co/Qwen/Qwen3-8B config.json that matter
     "model_type": "qwen3",
@@ -191,7 +191,7 @@ def test_devices_counts_what_the_kind_is_per():
 def test_the_devices_option_says_what_it_counts():
     from typer.testing import CliRunner
 
-    from trainready.cli import app
+    from trainready.cli.app import app
 
     help_text = " ".join(CliRunner().invoke(app, ["mfu", "--help"]).output.split())
     for unit in ("GPUs for GPU kinds", "chips for the -chip and TPU kinds", "logical NeuronCores"):

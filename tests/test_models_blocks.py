@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.models.blocks import (
     Decoder,
     DecoderConfig,

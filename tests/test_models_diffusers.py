@@ -1,4 +1,4 @@
-"""The diffusers zoo (trainready/models/diffusers_zoo.py): every model builds tiny and trains on
+"""The diffusers zoo (trainready/models/zoo/diffusers.py): every model builds tiny and trains on
 its denoising loss in float32 and float64 (float64 end to end), reproducibly."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests import zoo_checks
-from trainready.models import diffusers_zoo
+from trainready.models.zoo import diffusers as diffusers_zoo
 
 try:
     NAMES = diffusers_zoo.model_names()

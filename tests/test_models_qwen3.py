@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_models_blocks import one_thread  # noqa: F401  (autouse fixture)
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config, qwen3_sizes
 from trainready.models.specs import get_spec
 
@@ -287,8 +287,8 @@ def _loss_and_grads(model: Qwen3, ids: torch.Tensor) -> tuple[torch.Tensor, dict
 def test_routed_moe_matches_dense_dispatch(dtype, implementation):
     """Routed dispatch is the dense reference's function, logits and every gradient, both in
     float64 (torch's grouped GEMM has no float64: the loop) and fp32 (torch's grouped GEMM)."""
-    from trainready.models.moe_dispatch import RoutedMoE
-    from trainready.models.moe_dispatch import implementation as how
+    from trainready.models.moe import RoutedMoE
+    from trainready.models.moe import implementation as how
 
     routed, dense = _tiny("debug-moe").to(dtype), _tiny("debug-moe", moe_dispatch="dense").to(dtype)
     assert type(routed.layers[0].feed_forward) is RoutedMoE
@@ -303,7 +303,7 @@ def test_routed_moe_matches_dense_dispatch(dtype, implementation):
 
 
 def test_routed_moe_runs_each_token_through_its_k_experts_only(monkeypatch):
-    from trainready.models import moe_dispatch
+    from trainready.models import moe as moe_dispatch
 
     rows, real = [], moe_dispatch.expert_mm
 

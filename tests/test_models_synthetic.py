@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_models_blocks import one_thread  # noqa: F401  (autouse fixture)
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.models import synthetic
 from trainready.models.blocks import num_params
 from trainready.models.synthetic import (

@@ -1,4 +1,4 @@
-"""The timm zoo (trainready/models/timm_zoo.py): every test_* model builds and trains on image
+"""The timm zoo (trainready/models/zoo/timm.py): every test_* model builds and trains on image
 classification in float32 and float64 (float64 end to end), reproducibly; timm's need for
 torchvision is met honestly or reported as the reason it is unavailable."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests import zoo_checks
-from trainready.models import timm_zoo
+from trainready.models.zoo import timm as timm_zoo
 
 if importlib.util.find_spec("timm") is None:
     pytest.skip("the timm extra is not installed", allow_module_level=True)
@@ -72,7 +72,7 @@ def test_torchvision_ops_stay_unavailable_where_its_extension_did_not_load():
 def test_without_torchvision_the_reason_is_one_line():
     code = (
         "import sys; sys.modules['torchvision'] = None\n"
-        "from trainready.models import timm_zoo\n"
+        "from trainready.models.zoo import timm as timm_zoo\n"
         "try:\n    timm_zoo.model_names()\nexcept ImportError as e:\n    print('unavailable:', e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -86,7 +86,7 @@ def test_transformers_timm_backed_types_build_beside_a_mended_torchvision():
     """transformers imports torchvision whenever it is installed: with PyPI's CUDA torchvision
     beside a CPU torch its vision classes failed to import ("TimmWrapperForImageClassification
     does not import"); `optional.mend_torchvision` runs before any transformers class import."""
-    from trainready.suites.parity_models import load
+    from trainready.suites.parity.models import load
 
     for model_type in ("timm_wrapper", "fast_vlm", "timm_backbone", "edgetam"):
         subject = load({"source": "hf_task", "model": model_type}, 0)
@@ -98,7 +98,7 @@ def test_perception_lm_trains_its_pe_tower_on_image_tiles():
     """PerceptionLM reads pixel values as [batch, tiles, C, H, W], and only its base model has
     get_image_features: the tiny PE-Lang tower is fed one tile per sample, its features fill
     the image placeholders (a 4 x 4 grid after the class token), and it is not text-only."""
-    from trainready.models import hf_tasks
+    from trainready.models.zoo import hf_tasks
 
     model = hf_tasks.build("perception_lm")
     batch = model.make_batch(0)
@@ -112,7 +112,7 @@ def test_perception_lm_trains_its_pe_tower_on_image_tiles():
 def test_gemma3n_builds_tiny_towers():
     """Gemma 3n's default towers are full size (295M parameters); shrunk, the whole model is
     about 1.3M, its vision tower a MobileNetV5 of the checkpoint's block types."""
-    from trainready.models import hf
+    from trainready.models.zoo import hf_causal as hf
 
     model = hf.build("gemma3n")
     sizes = {

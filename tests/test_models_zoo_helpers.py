@@ -1,13 +1,13 @@
-"""The library zoos' helpers: float32 upcasts kept float64 in the reference (models/float64.py)
-and dropout zeroed (models/determinism.py)."""
+"""The library zoos' helpers: float32 upcasts kept float64 in the reference (models/zoo/float64.py)
+and dropout zeroed (models/zoo/determinism.py)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from trainready.models.determinism import zero_dropout
-from trainready.models.float64 import float32_as_float64, float_dtypes, is_float64
+from trainready.models.zoo.determinism import zero_dropout
+from trainready.models.zoo.float64 import float32_as_float64, float_dtypes, is_float64
 
 
 def _upcasts(x: torch.Tensor) -> list[torch.Tensor]:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.probes.numerics import (
     ALLOWANCE,
     CURVE_ALLOWANCE,

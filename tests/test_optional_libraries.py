@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from trainready.models import timm_zoo
-from trainready.models.optional import the_library
+from trainready.models.zoo import timm as timm_zoo
+from trainready.models.zoo.optional import the_library
 
 
 def test_a_namespace_package_is_not_the_library(tmp_path):

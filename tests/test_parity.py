@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainready.config import RunConfig
 from trainready.core.case import Case
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
 from trainready.probes.numerics import Verdict
-from trainready.suites import parity, parity_verdicts
+from trainready.suites.parity import suite as parity
+from trainready.suites.parity import verdicts as parity_verdicts
 
 FAULTS = "tests.parity_faults"
 FAULTS_FILE = Path(__file__).with_name("parity_faults.py")
@@ -276,7 +277,8 @@ def _cases(preset="quick", dtype=None, **options):
 
 
 def test_quick_plan_is_hf_eager_fp32_and_synthetic_one_axis_both_modes():
-    from trainready.models import hf, synthetic
+    from trainready.models import synthetic
+    from trainready.models.zoo import hf_causal as hf
 
     cases = _cases()
     hf_cases = [c for c in cases if c.params["source"] == "hf"]
@@ -307,7 +309,7 @@ def test_user_factories_and_backend_land_in_the_cases():
 
 
 def test_without_transformers_the_zoo_is_one_unsupported_case(monkeypatch):
-    from trainready.models import hf
+    from trainready.models.zoo import hf_causal as hf
 
     def missing():
         raise ImportError("No module named 'transformers'")

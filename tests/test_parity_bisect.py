@@ -1,4 +1,4 @@
-"""Compile bisection (`suites/parity_bisect.py`): a failing compiled case runs again with the
+"""Compile bisection (`suites/parity/bisect.py`): a failing compiled case runs again with the
 backends below its own, and the first that passes says where the fault lives. A fault planted in
 a backend's code generation (its backward gradients 2% off) is placed below AOT autograd; a fault
 in the model's own compiled path fails with every backend and is placed there; a case already
@@ -14,7 +14,8 @@ from tests.test_parity import FAULTS
 from trainready.core.case import Case
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
-from trainready.suites import parity, parity_bisect
+from trainready.suites.parity import bisect
+from trainready.suites.parity import suite as parity
 
 PLANTED = "planted_codegen"
 
@@ -68,7 +69,7 @@ def test_a_arises_in_the_models_compiled_path_fails_with_every_backend():
     assert (
         list(report["runs"]) == ["eager"] and report["runs"]["eager"]["status"] == "fail_numerics"
     )
-    assert report["arises_in"] == parity_bisect.NONE_PASS
+    assert report["arises_in"] == bisect.NONE_PASS
 
 
 def test_a_case_compiled_with_eager_has_nothing_below_to_try():
@@ -84,15 +85,15 @@ def test_a_clean_case_is_never_bisected():
 
 
 def test_the_backends_below_each_one():
-    assert parity_bisect.below("inductor") == ["aot_eager_decomp_partition", "aot_eager", "eager"]
-    assert parity_bisect.below("my_vendor_backend") == parity_bisect.below("inductor")
-    assert parity_bisect.below("aot_eager") == ["eager"]
-    assert parity_bisect.below("eager") == []
+    assert bisect.below("inductor") == ["aot_eager_decomp_partition", "aot_eager", "eager"]
+    assert bisect.below("my_vendor_backend") == bisect.below("inductor")
+    assert bisect.below("aot_eager") == ["eager"]
+    assert bisect.below("eager") == []
 
 
 def test_a_bisection_over_its_budget_runs_nothing_and_says_so(monkeypatch):
     _register_planted()
-    monkeypatch.setattr(parity_bisect, "BUDGET_S", 0.0)
+    monkeypatch.setattr(bisect, "BUDGET_S", 0.0)
     out = _run("clean", PLANTED)
     assert out.status == "fail_numerics"  # the verdict stands; only the placing is unknown
     report = out.diagnostics["compile_bisect"]

@@ -1,4 +1,4 @@
-"""Parity cases of one model share their CPU runs (suites/parity_cache.py), judged bit for bit the
+"""Parity cases of one model share their CPU runs (suites/parity/cache.py), judged bit for bit the
 same as when each computes its own."""
 
 import os
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainready.config import RunConfig
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
 from trainready.probes.compile import FIRST_COMPILE_KEY
-from trainready.suites import parity, parity_cache
-from trainready.suites.parity_engine import Trace
+from trainready.suites.parity import cache as parity_cache
+from trainready.suites.parity import suite as parity
+from trainready.suites.parity.engine import Trace
 
 OPTIONS = {"zoo": "synthetic", "steps": 4}
 
@@ -180,7 +181,7 @@ def test_a_half_written_or_foreign_file_is_never_loaded(tmp_path):
 
 
 def test_only_eager_cpu_runs_are_shared():
-    from trainready.suites.parity_engine import Spec
+    from trainready.suites.parity.engine import Spec
 
     assert parity_cache.shareable(Spec("cpu", "fp64", 3))
     assert not parity_cache.shareable(Spec("cpu", "fp32", 3, "inductor"))
@@ -195,8 +196,8 @@ def test_recording_the_routing_leaves_the_device_run_as_it_is():
     recorder must leave that run bit for bit a plain run, and its first step the ops probe's."""
     from trainready.models.synthetic import BASE
     from trainready.probes.routing import Routing
-    from trainready.suites.parity_engine import Data, Spec, first_step, train
-    from trainready.suites.parity_models import load
+    from trainready.suites.parity.engine import Data, Spec, first_step, train
+    from trainready.suites.parity.models import load
 
     params = {"source": "synthetic", "model": "moe", "config": {**BASE, "moe": "topk"}}
     subject = load(params, 0)

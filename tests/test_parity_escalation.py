@@ -1,4 +1,4 @@
-"""What a failing CPU eager parity case is judged again with (`suites/parity_rejudge.py`, `escalated`):
+"""What a failing CPU eager parity case is judged again with (`suites/parity/rejudge.py`, `escalated`):
 the float64 reference's own rounding noise on the failing tensors, and more independently
 rounded runs where every failure is borderline. A tensor that is float64 rounding residue (zero
 in exact arithmetic) passes where fp32 returns 0, and a device value well above the residue
@@ -13,8 +13,9 @@ import torch
 
 from trainready.core.case import Outcome
 from trainready.probes.numerics import Verdict
-from trainready.suites import parity_noise, parity_verdicts
-from trainready.suites.parity_engine import Trace
+from trainready.suites.parity import noise as parity_noise
+from trainready.suites.parity import verdicts as parity_verdicts
+from trainready.suites.parity.engine import Trace
 
 RESIDUE = 5e-22  # a float64 gradient that is zero in exact arithmetic (HF blip-2's Q-Former)
 

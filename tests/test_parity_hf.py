@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainready.models import hf
+from trainready.models.zoo import hf_causal as hf
 
 
 def test_shrink_cuts_sizes_layers_and_token_ids_and_zeroes_randomness():
@@ -138,7 +138,7 @@ def test_moe_router_losses_are_trained_and_compared():
     from trainready.core.case import Case
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
-    from trainready.suites import parity
+    from trainready.suites.parity import suite as parity
 
     model = hf.build("mixtral")
     assert model.aux_coef == model.model.router_aux_loss_coef == 0.001
@@ -184,7 +184,7 @@ def test_float64_mode_types_keep_their_reference_float64(model_type):
     """xglm, blt and the Inkling 2 text models drop a float64 run to float32 in their own code;
     they run under the float64 mode, whose reference then holds no float32 op; other causal
     LMs run their code as is."""
-    from trainready.models.float64 import float_dtypes
+    from trainready.models.zoo.float64 import float_dtypes
 
     model = hf.build(model_type)
     assert model.float64_mode

@@ -1,4 +1,4 @@
-"""Kinks (`probes/kinks.py`, `suites/parity_rejudge.py` `kink_flips`): a ReLU decision within rounding of
+"""Kinks (`probes/kinks.py`, `suites/parity/rejudge.py` `kink_flips`): a ReLU decision within rounding of
 its kink that a device takes the other way than float64 is honest, and the case passes with the
 flip named; a flip far from the kink, and a gradient fault beside a near kink, still fail."""
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from tests.test_parity import _run
 from trainready.probes.kinks import Kink, flipping, name_kinks, near_kinks
-from trainready.suites import parity_rejudge
+from trainready.suites.parity import rejudge
 from trainready.testing import kink_branch
 
 
@@ -74,7 +74,7 @@ def test_an_honest_flip_of_a_near_kink_decision_passes_with_the_flip_named():
 
 
 def test_without_the_kink_judgement_the_honest_flip_fails(monkeypatch):
-    monkeypatch.setattr(parity_rejudge, "KINK_REL_TOL", {})
+    monkeypatch.setattr(rejudge, "KINK_REL_TOL", {})
     out = _run("near_kink_flipped_when_compiled", mode="compile")
     assert out.status == "fail_numerics" and "p.grad" in out.diagnostics["error"]
 
@@ -102,8 +102,8 @@ def test_the_near_kink_branch_flips_what_it_says_in_the_other_order_only():
     branch = kink_branch.NearKinkBranch(8, seed=3)
     a, b = branch.a.detach(), branch.b.detach()
     exact = a.double() @ b.double()
-    found = _found(nn.Sequential(nn.ReLU()), exact, limit=parity_rejudge.MAX_KINKS)
-    assert len(found) == parity_rejudge.MAX_KINKS + 1  # more than kink_flips tries
+    found = _found(nn.Sequential(nn.ReLU()), exact, limit=rejudge.MAX_KINKS)
+    assert len(found) == rejudge.MAX_KINKS + 1  # more than kink_flips tries
     near = exact.abs() < 1e-5 * exact.pow(2).mean().sqrt()
     assert int(near.sum()) == kink_branch.N and not bool((exact[near] == 0).any())
     plain, split = a @ b, kink_branch.split_k(a, b)
@@ -116,14 +116,14 @@ def test_many_near_kinks_flipped_honestly_pass_against_the_pooled_honest_runs():
     # compiled model's honest summation order, none by the CPU's plain run
     out = _run("many_near_kinks", mode="compile")
     assert out.status == "pass", out.diagnostics.get("error")
-    assert out.diagnostics["kinks"]["near"] == f"more than {parity_rejudge.MAX_KINKS}: none tried"
+    assert out.diagnostics["kinks"]["near"] == f"more than {rejudge.MAX_KINKS}: none tried"
     assert out.diagnostics["pooled_for"] == "near-kink decisions"
     assert out.diagnostics["same_dtype_baseline"].startswith("the CPU")
     assert out.diagnostics["pooled_baseline"] >= 3  # the CPU's run and independently rounded ones
 
 
 def test_without_the_kink_judgement_many_honest_flips_fail(monkeypatch):
-    monkeypatch.setattr(parity_rejudge, "KINK_REL_TOL", {})
+    monkeypatch.setattr(rejudge, "KINK_REL_TOL", {})
     out = _run("many_near_kinks", mode="compile")
     assert out.status == "fail_numerics" and "a.grad" in out.diagnostics["error"]
     assert "pooled_for" not in out.diagnostics

@@ -1,5 +1,5 @@
 """A borderline failure against the CPU's one eager run (compiled, or on a device) judged again
-with more honest samples (`suites/parity_rejudge.py` `pooled`): that run's distance from float64
+with more honest samples (`suites/parity/rejudge.py` `pooled`): that run's distance from float64
 pooled with independently rounded runs'. A run that happened to land near float64 no longer sets
 the bar (correct but different: passes); a fault just past its allowance still fails (planted:
 caught), and one far past it is never pooled."""
@@ -14,8 +14,9 @@ import torch
 from tests.test_parity import _run
 from trainready.core.case import Outcome
 from trainready.probes.numerics import Verdict
-from trainready.suites import parity_noise, parity_verdicts
-from trainready.suites.parity_engine import Trace
+from trainready.suites.parity import noise as parity_noise
+from trainready.suites.parity import verdicts as parity_verdicts
+from trainready.suites.parity.engine import Trace
 
 N = 4096
 

@@ -10,10 +10,10 @@ from rich.console import Console
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
 from trainready.probes.numerics import loss_curve_compare
-from trainready.report import render
-from trainready.report.model import build_report
-from trainready.report.sections import parity as section
-from trainready.report.terminal import print_summary
+from trainready.reporting import render
+from trainready.reporting.model import build_report
+from trainready.reporting.sections import parity as section
+from trainready.reporting.terminal import print_summary
 
 
 def _result(model: str, mode: str, status: str, traits: dict, **diag) -> Result:

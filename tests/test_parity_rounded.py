@@ -1,4 +1,4 @@
-"""The rounded float64 run (`probes/rounded.py`, `parity_rejudge.escalated`): the float64 code path
+"""The rounded float64 run (`probes/rounded.py`, `rejudge.escalated`): the float64 code path
 with every op's output rounded to fp32, one more sample of the noise of a CPU eager case that
 still fails, with what every fp32 run shares. An honest range effect that every fp32 run shares
 passes with it and fails without it; a fault in the model's low-precision path stays caught."""
@@ -9,7 +9,7 @@ import torch
 
 from tests.test_parity import _run
 from trainready.probes.rounded import RoundedOutputs
-from trainready.suites import parity_rejudge
+from trainready.suites.parity import rejudge
 
 
 def test_outputs_are_rounded_to_fp32_range_included():
@@ -52,7 +52,7 @@ def test_a_range_effect_every_fp32_run_shares_passes_with_the_rounded_run():
 
 
 def test_without_the_rounded_run_the_same_case_fails(monkeypatch):
-    monkeypatch.setattr(parity_rejudge, "ROUNDED_BUDGET_S", 0.0)
+    monkeypatch.setattr(rejudge, "ROUNDED_BUDGET_S", 0.0)
     out = _run("underflows_in_fp32")
     assert out.status == "fail_numerics"
     assert out.diagnostics["rounded_run"].startswith("not run: about")

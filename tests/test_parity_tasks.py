@@ -4,12 +4,14 @@ per modality), heads and inputs, and the case plan's zoo and modality selection.
 import pytest
 import torch
 
-from trainready.config import RunConfig
 from trainready.core.case import Case
+from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.worker import execute_case
-from trainready.models import hf, hf_tasks
-from trainready.suites import parity, parity_plan
+from trainready.models.zoo import hf_causal as hf
+from trainready.models.zoo import hf_tasks
+from trainready.suites.parity import plan as parity_plan
+from trainready.suites.parity import suite as parity
 
 FAULTS = "tests.parity_task_faults"
 
@@ -58,7 +60,7 @@ def test_a_model_that_casts_to_float32_has_no_float64_reference():
 
 
 def test_the_reference_batch_is_float64_and_integer_inputs_stay_integers():
-    from trainready.suites.parity_engine import Spec, TaskData, on_device
+    from trainready.suites.parity.engine import Spec, TaskData, on_device
 
     data = TaskData({"x": torch.ones(2), "labels": torch.ones(2, dtype=torch.long)})
     ref = on_device(data, Spec("cpu", "fp64", 1)).batch
@@ -187,7 +189,7 @@ def test_hf_types_selects_causal_and_task_types_alike():
 
 
 def test_a_library_zoo_that_does_not_import_is_one_unavailable_case(monkeypatch):
-    from trainready.suites import parity_models
+    from trainready.suites.parity import models as parity_models
 
     def missing(source):
         raise ImportError(f"No module named {source!r}")
@@ -198,22 +200,22 @@ def test_a_library_zoo_that_does_not_import_is_one_unavailable_case(monkeypatch)
     out = execute_case(parity, cases[0], CaseContext("cpu", "fp32", 60.0))
     assert out.status == "unsupported" and "needs timm" in out.diagnostics["reason"]
     assert out.diagnostics["modality"] == "vision"
-    assert parity_models.ZOOS["timm"] == "trainready.models.timm_zoo"
+    assert parity_models.ZOOS["timm"] == "trainready.models.zoo.timm"
 
 
 def test_labels_never_pick_a_class_the_model_masks_to_minus_inf():
-    from trainready.models import task_losses
+    from trainready.models.zoo import losses
 
-    term = task_losses.Term("start_logits", "ce", (2, 6))
+    term = losses.Term("start_logits", "ce", (2, 6))
     finite = {"start_logits": torch.tensor([[False, False, True, True, True, True]] * 2)}
     for seed in range(20):
         gen = torch.Generator().manual_seed(seed)
-        labels = task_losses.labels([term], gen, 0, finite)["label:start_logits"]
+        labels = losses.labels([term], gen, 0, finite)["label:start_logits"]
         assert labels.shape == (2,) and (labels >= 2).all()
 
 
 def test_a_multimodal_lm_fed_its_text_alone_says_so(monkeypatch):
-    from trainready.models import hf_inputs
+    from trainready.models.zoo import inputs as hf_inputs
 
     def no_images(*args, **kwargs):
         raise ValueError("planted: no image features")
@@ -247,7 +249,7 @@ def test_a_logit_at_its_dtypes_lowest_is_a_masked_class():
 
 
 def test_a_head_without_logits_trains_its_prediction_and_masks_and_skips_selections():
-    from trainready.models.task_losses import plan
+    from trainready.models.zoo.losses import plan
 
     x = torch.zeros(2, 3)
     terms = plan({"last_hidden_state": x, "mean_predictions": x}, "TIME_SERIES_PREDICTION")

@@ -1,4 +1,4 @@
-"""Zeroed gradients (`suites/parity_verdicts.py` `zeroed`): a failing tensor the device returns as
+"""Zeroed gradients (`suites/parity/verdicts.py` `zeroed`): a failing tensor the device returns as
 exactly zero where the reference's is not is named as that, first, whatever its rmse ratio; a
 gradient that is exactly zero on both sides is no such failure."""
 
@@ -8,7 +8,7 @@ import torch
 
 from tests.test_parity import _run
 from trainready.probes.numerics import Verdict
-from trainready.suites.parity_verdicts import zeroed
+from trainready.suites.parity.verdicts import zeroed
 
 
 def test_a_gradient_cut_off_partly_fails_but_names_no_tensor_zeroed():

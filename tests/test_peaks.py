@@ -1,7 +1,7 @@
 import pytest
 
-from trainready.config import ConfigError
-from trainready.peaks import KINDS, NAME_PATTERNS, PEAKS, match_kind, peak_flops_for_kind
+from trainready.core.config import ConfigError
+from trainready.metrics.peaks import KINDS, NAME_PATTERNS, PEAKS, match_kind, peak_flops_for_kind
 
 REQUIRED_KINDS = {
     "a100-sxm",

@@ -10,7 +10,7 @@ import torch
 
 from tests.perturb_conv_models import parity_case
 from trainready.probes.perturb import IndependentRounding
-from trainready.suites import parity
+from trainready.suites.parity import suite as parity
 
 MODELS = "tests.perturb_pointwise_models"
 

@@ -7,8 +7,8 @@ import pytest
 from tests import faulty_suite
 from tests.clirun import cli
 from trainready import api
-from trainready.config import ConfigError, RunConfig, parse_shard
 from trainready.core.case import Case
+from trainready.core.config import ConfigError, RunConfig, parse_shard
 from trainready.core.plan import PlannedSuite, plan, select, shard_of
 from trainready.suites import SUITES, expand, load_suite
 

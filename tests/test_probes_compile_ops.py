@@ -20,7 +20,7 @@ from trainready.probes.compile import (
     parse_recompile,
 )
 from trainready.probes.ops import OpsProbe
-from trainready.report.model import compile_note
+from trainready.reporting.model import compile_note
 
 DATA = Path(__file__).parent / "data" / "parity"
 

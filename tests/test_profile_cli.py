@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from trainready.cli import app
-from trainready.commands import profile as profile_command
+from trainready.cli.app import app
+from trainready.cli.commands import profile as profile_command
 from trainready.profile import analysis as A
 from trainready.profile import capture
 from trainready.profile.capture import METADATA_NAME, TRACE_NAME, profile_steps
@@ -224,13 +224,13 @@ def test_analyze_imports_neither_typers_parser_nor_the_runner():
     every whole-process run."""
     code = (
         "import sys\n"
-        "from trainready.cli import main\n"
+        "from trainready.cli.app import main\n"
         f"sys.argv = ['trainready', 'analyze', {str(SMALL)!r}, '--json']\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
-        "heavy = ('pydantic', 'torch', 'trainready.report.html', 'pandas')\n"
+        "heavy = ('pydantic', 'torch', 'trainready.reporting.html', 'pandas')\n"
         "print([m for m in heavy if m in sys.modules], file=sys.stderr)\n"
         "import os\n"
         "assert os.environ['OPENBLAS_NUM_THREADS'] == '1'  # no BLAS thread pool to start\n"
@@ -243,7 +243,7 @@ def test_analyze_imports_neither_typers_parser_nor_the_runner():
     assert p.stderr.strip().splitlines()[-1] == "[]"
 
 
-ENTRY = "import sys; sys.argv[0] = 'trainready'; from trainready.entry import main; main()"
+ENTRY = "import sys; sys.argv[0] = 'trainready'; from trainready.cli.entry import main; main()"
 
 
 def _entry_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -256,7 +256,7 @@ def _entry_env(env: dict[str, str] | None = None) -> dict[str, str]:
 def _entry(
     argv: list[str], env: dict[str, str] | None = None, flags: list[str] | None = None
 ) -> subprocess.CompletedProcess:
-    """`trainready ARGV` as the console script runs it (trainready.entry:main), in a fresh
+    """`trainready ARGV` as the console script runs it (trainready.cli.entry:main), in a fresh
     process; stdout is a pipe, as in `trainready analyze T > file`."""
     return subprocess.run([sys.executable, *(flags or []), "-c", ENTRY, *argv],
                           capture_output=True, text=True, env=_entry_env(env),
@@ -308,11 +308,16 @@ def test_the_console_entry_analyzes_without_the_cli():
     assert p.returncode == 0, p.stderr
     loaded = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
     assert "trainready.profile.analysis" in loaded and "numpy" in loaded
-    heavy = ("typer", "click", "pydantic", "torch", "numpy.ma", "trainready.cli",
-             "trainready.clikit", "trainready.commands", "trainready.core", "trainready.api",
-             "trainready.report.model", "trainready.report.fmt", "trainready.report.html",
+    heavy = ("typer", "click", "pydantic", "torch", "numpy.ma", "trainready.cli.app",
+             "trainready.cli.common", "trainready.cli.commands", "trainready.api",
+             "trainready.reporting.model", "trainready.reporting.fmt", "trainready.reporting.html",
              "rich")  # fmt: skip
     assert [m for m in heavy if m in loaded] == []
+    # of core, only its base (errors and dtype names): no runner, store or plan
+    assert {m for m in loaded if m.startswith("trainready.core")} <= {
+        "trainready.core",
+        "trainready.core.config",
+    }
     typer_result = runner.invoke(app, ["analyze", str(SMALL)], env={"COLUMNS": "80"})
     assert p.stdout == typer_result.output
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.profile_traces import annotation, cpu, document, launch, write
-from trainready.peaks import PEAKS
-from trainready.probes.flops import attention_flops
+from trainready.metrics.flops import attention_flops
+from trainready.metrics.peaks import PEAKS
 from trainready.profile import opflops as F
 from trainready.profile.trace import load_trace
 

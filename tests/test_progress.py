@@ -8,14 +8,14 @@ import time
 import pytest
 from rich.console import Console
 
-from trainready.core.case import Case, Result
-from trainready.progress import (
+from trainready.cli.progress import (
     LINE_INTERVAL_S,
     LineObserver,
     RichObserver,
     duration,
     observer_for,
 )
+from trainready.core.case import Case, Result
 
 A, B, C, D = (Case("faulty", f"{i:02d}-x", {"i": i}) for i in range(4))
 

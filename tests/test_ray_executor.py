@@ -10,8 +10,8 @@ import os
 import pytest
 
 from trainready import api
-from trainready.config import ConfigError
 from trainready.core.case import Case
+from trainready.core.config import ConfigError
 from trainready.core.ray_executor import (
     RayExecutor,
     _lost,

@@ -9,13 +9,13 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.console import Console
 
-from trainready.config import ConfigError
 from trainready.core.case import Case, Result
+from trainready.core.config import ConfigError
 from trainready.core.store import RunRecord, Store
-from trainready.report import FORMATS, render, write_reports
-from trainready.report.charts import Axis, Panel, Point, Series, small_multiples, xy_chart
-from trainready.report.model import reason
-from trainready.report.terminal import print_summary
+from trainready.reporting import FORMATS, render, write_reports
+from trainready.reporting.charts import Axis, Panel, Point, Series, small_multiples, xy_chart
+from trainready.reporting.model import reason
+from trainready.reporting.terminal import print_summary
 
 GPU, CPU = "run-gpu", "run-cpu"
 
@@ -284,7 +284,7 @@ def test_small_multiples_share_one_legend():
 
 
 def test_one_number_format_for_prose_and_tables():
-    from trainready.report import fmt
+    from trainready.reporting import fmt
 
     assert [fmt.ratio(v) for v in (1120.0, 2000.0, 1.5, 0.0971, 0.0000186)] == [
         "1,120×", "2,000×", "1.5×", "0.0971×", "0.0000186×"
@@ -372,7 +372,7 @@ def test_a_chart_legend_with_long_names_goes_below_the_plot_whole():
 
 
 def test_matmul_mfu_headline_is_per_m_with_its_spread_or_inconclusive():
-    from trainready.report.sections.matmul import mfu_at_m
+    from trainready.reporting.sections.matmul import mfu_at_m
 
     def timed(mfu: float, spread: float) -> Result:
         r = _matmul(C_FWD128, mfu, "vs measured peak")

@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.explorer_first_paint import CHROMIUM, CHROMIUM_ARGS
 from tests.browser_marks import browser_marks
-from trainready.cli import app
+from trainready.cli.app import app
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
 

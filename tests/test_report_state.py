@@ -11,8 +11,8 @@ from rich.console import Console
 
 from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
-from trainready.report import render
-from trainready.report.terminal import print_summary
+from trainready.reporting import render
+from trainready.reporting.terminal import print_summary
 
 AT = 1_780_000_000.0
 CASES = [Case("faulty", f"{i:02d}-ok", {"i": i}) for i in range(3)]

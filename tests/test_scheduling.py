@@ -129,7 +129,7 @@ def test_threads_per_worker_shares_the_cores(monkeypatch):
 def test_a_suite_kind_outside_the_two_is_refused():
     import types
 
-    from trainready.config import ConfigError
+    from trainready.core.config import ConfigError
     from trainready.suites import runs_alone
 
     assert runs_alone(types.ModuleType("no_kind")) is True  # the safe default: alone
@@ -142,7 +142,7 @@ def test_a_suite_kind_outside_the_two_is_refused():
 def test_cpu_cores_apply_to_a_cpu_run_only_and_must_be_a_count():
     import types
 
-    from trainready.config import ConfigError
+    from trainready.core.config import ConfigError
     from trainready.suites import cpu_cores
 
     one = types.ModuleType("one")

@@ -22,7 +22,7 @@ from tests.clirun import ROOT, default_signals
 from trainready.core import procs
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import Store
-from trainready.report import fmt
+from trainready.reporting import fmt
 
 TOKEN_ENV = "TRAINREADY_RUN_TOKEN"
 GRACE_S = 5.0  # for the kernel to deliver parent-death signals and reap
@@ -145,11 +145,11 @@ def test_a_signal_mid_case_ends_every_process_of_the_run(tmp_path, sig):
 def _training(cmd: str) -> bool:
     """A training process on the CPU: a fork of the train suite's zygote (which shows the
     zygote's command line: two of them, the zygote and its child, mean one is training)."""
-    return "-m trainready.suites.train_zygote" in cmd
+    return "-m trainready.suites.train.zygote" in cmd
 
 
 def _rank(cmd: str) -> bool:
-    return "-m trainready.launch" in cmd and "torch.distributed.run" not in cmd
+    return "-m trainready.core.launch" in cmd and "torch.distributed.run" not in cmd
 
 
 @pytest.mark.slow
@@ -222,8 +222,8 @@ def test_an_ignored_signal_stays_ignored():
 
 def test_a_worker_whose_runner_is_gone_starts_nothing(monkeypatch, tmp_path):
     """The reported bug: a worker left behind went on to start a training process."""
-    from trainready.suites.train_processes import run_single
-    from trainready.training import TrainSpec
+    from trainready.suites.train.loop import TrainSpec
+    from trainready.suites.train.processes import run_single
 
     assert not procs.runner_gone()  # outside a worker nothing is refused
     monkeypatch.setattr(procs, "_runner_pid", os.getppid() + 1_000_000)  # not our parent
@@ -232,7 +232,7 @@ def test_a_worker_whose_runner_is_gone_starts_nothing(monkeypatch, tmp_path):
     with pytest.raises(procs.RunnerGone, match="the run was stopped"):
         run_single(TrainSpec(), {}, tmp_path, 60.0)
     with pytest.raises(procs.RunnerGone):
-        from trainready.launch import RankPool
+        from trainready.core.launch import RankPool
 
         RankPool(1, device="cpu").start(timeout_s=60)
     assert not started

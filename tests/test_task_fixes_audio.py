@@ -1,11 +1,13 @@
-"""The audio and time-series task fixes (`models/task_fixes/audio.py`): the inputs and config
+"""The audio and time-series task fixes (`models/zoo/fixes/audio.py`): the inputs and config
 fields they give a few representative types, and (slow) that those types pass parity."""
 
 import pytest
 import torch
 
 from tests.zoo_checks import run_task_type
-from trainready.models import hf, hf_tasks, task_fixes
+from trainready.models.zoo import fixes as task_fixes
+from trainready.models.zoo import hf_causal as hf
+from trainready.models.zoo import hf_tasks
 
 
 def test_an_rnnt_decoder_reads_a_transcript_after_its_blank():

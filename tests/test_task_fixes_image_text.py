@@ -5,8 +5,9 @@ images (not their text alone), and pass parity."""
 import pytest
 
 from tests.zoo_checks import run_task_type
-from trainready.models import hf, hf_tasks
-from trainready.models.hf_inputs import PLACEHOLDER_BASE
+from trainready.models.zoo import hf_causal as hf
+from trainready.models.zoo import hf_tasks
+from trainready.models.zoo.inputs import PLACEHOLDER_BASE
 
 
 def test_a_qformer_model_reads_its_prompt_and_its_image_placeholders():
@@ -118,7 +119,7 @@ def test_image_features_are_found_on_the_base_model_where_the_head_has_none():
     text alone, said so)."""
     from torch import nn
 
-    from trainready.models.hf_inputs import _encoder
+    from trainready.models.zoo.inputs import _encoder
 
     class Base(nn.Module):
         def get_image_features(self, pixel_values):

@@ -1,5 +1,5 @@
 """Task-zoo fixes of text and document encoders (`task_fixes/text_docs.py`) and the float64
-reference path (`models/float64.py`): the inputs and config fields a fix adds, and that the
+reference path (`models/zoo/float64.py`): the inputs and config fields a fix adds, and that the
 fixed types pass parity."""
 
 import copy
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.zoo_checks import run_task_type
-from trainready.models import hf_tasks
-from trainready.models.float64 import float32_as_float64, float_dtypes
 from trainready.models.task import cast_batch
+from trainready.models.zoo import hf_tasks
+from trainready.models.zoo.float64 import float32_as_float64, float_dtypes
 
 
 def _valid_boxes(bbox: torch.Tensor, scale: float) -> bool:

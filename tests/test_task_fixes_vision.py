@@ -1,4 +1,4 @@
-"""The vision task fixes (`trainready/models/task_fixes/vision.py`): a few fixed types build with
+"""The vision task fixes (`trainready/models/zoo/fixes/vision.py`): a few fixed types build with
 the config fields or inputs their fix gives, and pass parity; the prompts and image pairs fed
 are what a user feeds; types needing an uninstalled library say which and why."""
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from tests.zoo_checks import run_task_type
-from trainready.models import hf, hf_tasks, task_losses
-from trainready.models.float64 import float32_as_float64
-from trainready.models.task_fixes import vision
+from trainready.models.zoo import hf_causal as hf
+from trainready.models.zoo import hf_tasks, losses
+from trainready.models.zoo.fixes import vision
+from trainready.models.zoo.float64 import float32_as_float64
 
 
 def test_bits_group_norms_divide_every_width():
@@ -110,7 +111,7 @@ def test_a_trained_backbone_norm_keeps_the_detectors_features_and_top_k_apart():
     assert seen["x"].abs().mean() > 1e-6
 
 
-# --- masked classes and recognition heads (task_losses) ----------------------------------------
+# --- masked classes and recognition heads (losses) ----------------------------------------
 
 
 def test_a_reading_order_head_labels_only_the_pairs_it_can_order():
@@ -122,19 +123,19 @@ def test_a_reading_order_head_labels_only_the_pairs_it_can_order():
     assert term.allowed is not None
     rows = term.allowed.reshape(-1, term.shape[-1])
     picked = labels.reshape(-1)
-    assert all(rows[i, j] for i, j in enumerate(picked.tolist()) if j != task_losses.IGNORED)
+    assert all(rows[i, j] for i, j in enumerate(picked.tolist()) if j != losses.IGNORED)
 
 
 def test_masked_classes_are_never_labels_and_empty_rows_are_ignored():
     n = 5
     logits = torch.randn(2, n, n).masked_fill(torch.tril(torch.ones(n, n)).bool(), -1e4)
-    (term,) = task_losses.plan({"order_logits": logits}, "OBJECT_DETECTION")
-    labels = task_losses.labels([term], torch.Generator().manual_seed(0), 0, {})
+    (term,) = losses.plan({"order_logits": logits}, "OBJECT_DETECTION")
+    labels = losses.labels([term], torch.Generator().manual_seed(0), 0, {})
     picked = labels["label:order_logits"]
-    assert bool((picked[:, -1] == task_losses.IGNORED).all())  # nothing follows the last
+    assert bool((picked[:, -1] == losses.IGNORED).all())  # nothing follows the last
     rows = torch.arange(n - 1)
     assert bool((picked[:, :-1] > rows).all())  # a later element, never a masked one
-    loss = task_losses.term_loss(term, logits, picked, 0)
+    loss = losses.term_loss(term, logits, picked, 0)
     assert loss < 10  # no label at -1e4 (whose cross-entropy alone would be 1e4)
 
 
@@ -145,9 +146,9 @@ def test_a_recognition_head_trains_its_softmax_by_ctc_on_its_log():
     # cross-entropy on the log of the softmax is the cross-entropy of the logits
     z = torch.randn(3, 4, 7)
     label = torch.randint(0, 7, (3, 4))
-    ce = task_losses.Term("p", "ce", (3, 4, 7), probabilities=True)
+    ce = losses.Term("p", "ce", (3, 4, 7), probabilities=True)
     expected = torch.nn.functional.cross_entropy(z.reshape(-1, 7), label.reshape(-1))
-    assert torch.allclose(task_losses.term_loss(ce, z.softmax(-1), label, 0), expected)
+    assert torch.allclose(losses.term_loss(ce, z.softmax(-1), label, 0), expected)
 
 
 # --- keypoint matchers -----------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_benchmark_rejects_zero_repeats():
 
 
 def test_drift_is_fastest_over_slowest_reading_and_widens_both_ways():
-    from trainready.stats import MAX_DRIFT, drift, drift_why, widen
+    from trainready.metrics.stats import MAX_DRIFT, drift, drift_why, widen
 
     assert drift([100.0, 80.0, 90.0]) == pytest.approx(0.25)
     assert drift([5.0]) is None and drift([]) is None  # one reading shows no movement

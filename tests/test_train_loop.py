@@ -7,13 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
+from trainready.metrics.flops import training_flops_per_token
 from trainready.models.qwen3 import Qwen3, qwen3_config
-from trainready.probes.flops import training_flops_per_token
 from trainready.probes.numerics import loss_curve_compare
-from trainready.suites.train import PARITY_REL_TOL
-from trainready.suites.train_processes import combine_ranks
-from trainready.training import (
+from trainready.suites.train.loop import (
     Fp32Master,
     TrainSpec,
     failure_kind,
@@ -21,6 +19,8 @@ from trainready.training import (
     synthetic_tokens,
     train,
 )
+from trainready.suites.train.processes import combine_ranks
+from trainready.suites.train.suite import PARITY_REL_TOL
 
 
 def test_synthetic_tokens_are_seeded_progressions_and_ranks_split_the_batch():
@@ -119,7 +119,7 @@ WORLD = 2
 def rank_train_with_layout(env, spec: dict) -> dict:
     """`rank_train`, plus how FSDP2 laid out every parameter on this rank (`layout`), read as
     soon as the loop's own `apply_fsdp` has sharded the model."""
-    from trainready import training
+    from trainready.suites.train import loop as training
 
     layout: dict[str, dict] = {}
     real = training.apply_fsdp
@@ -159,7 +159,7 @@ def _layout(model: torch.nn.Module) -> dict[str, dict]:
 def fsdp_runs() -> dict[str, tuple[dict, list[dict]]]:
     """precision -> (the one-process record, the two ranks' records): both precisions on the same
     pool of ranks, so they pay one start-up."""
-    from trainready.launch import RankPool
+    from trainready.core.launch import RankPool
 
     runs = {}
     with RankPool(WORLD, device="cpu") as pool:
@@ -227,7 +227,7 @@ def test_moe_flops_count_the_active_experts():
 
 
 def test_moe_dispatch_follows_dtype_and_compile():
-    from trainready.models.moe_dispatch import GROUPED_MM, LOOP, implementation
+    from trainready.models.moe import GROUPED_MM, LOOP, implementation
 
     cpu = torch.device("cpu")
     # torch's grouped GEMM: no float64; compiled, bf16 only (torch 2.13's meta kernel).

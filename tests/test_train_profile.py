@@ -17,8 +17,8 @@ from trainready.profile import analysis as A
 from trainready.profile import capture
 from trainready.profile.capture import METADATA_NAME, TRACE_NAME, extra_steps, profile_after
 from trainready.profile.trace import KIND_CPU_OP, load_trace
-from trainready.suites.train import SCENARIOS, Scenario, judge
-from trainready.suites.train_profile import timed_record
+from trainready.suites.train.profile import timed_record
+from trainready.suites.train.suite import SCENARIOS, Scenario, judge
 
 
 def _train(steps: int) -> None:

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from trainready.ledger import Mode, break_even_range
-from trainready.stats import (
+from trainready.metrics.ledger import Mode, break_even_range
+from trainready.metrics.stats import (
     MAX_DRIFT,
     between_processes,
     hull,
@@ -18,7 +18,7 @@ from trainready.stats import (
     median_interval,
     t_quantile,
 )
-from trainready.suites.train import MODES, Scenario, judge
+from trainready.suites.train.suite import MODES, Scenario, judge
 
 JITTER = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01]  # 1% step noise: the bootstrap's share
 PEAK = {"flops": 1e9, "label": "vs measured peak", "source": "measured"}

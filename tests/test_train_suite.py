@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import cli
-from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case, Result
+from trainready.core.config import ConfigError, RunConfig
 from trainready.core.context import CaseContext
 from trainready.core.store import Store
-from trainready.ledger import Mode, break_even_range
-from trainready.report.sections.train import COMPILE_PHASE_COLUMNS, break_even_text
-from trainready.suites import train_plan, train_processes
-from trainready.suites.train import MODES, SCENARIOS, Scenario, cases, judge
-from trainready.suites.train_processes import combine_ranks
-from trainready.training import COMPILE_PHASES
+from trainready.metrics.ledger import Mode, break_even_range
+from trainready.reporting.sections.train import COMPILE_PHASE_COLUMNS, break_even_text
+from trainready.suites.train import plan
+from trainready.suites.train import processes as train_processes
+from trainready.suites.train.loop import COMPILE_PHASES
+from trainready.suites.train.processes import combine_ranks
+from trainready.suites.train.suite import MODES, SCENARIOS, Scenario, cases, judge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,12 +67,12 @@ def test_bad_options_are_config_errors(options, message):
 
 def test_arch_change_edits_one_thing():
     p = cases(_cfg())[0].params
-    cold = train_plan.scenario_spec(p, "cpu", "compiled", "cold")
-    arch = train_plan.scenario_spec(p, "cpu", "compiled", "arch_change")
-    shape = train_plan.scenario_spec(p, "cpu", "eager", "shape_change")
+    cold = plan.scenario_spec(p, "cpu", "compiled", "cold")
+    arch = plan.scenario_spec(p, "cpu", "compiled", "arch_change")
+    shape = plan.scenario_spec(p, "cpu", "eager", "shape_change")
     assert arch.model_overrides == {"mlp_activation": "gelu"} and cold.model_overrides == {}
     assert (shape.seq_len, shape.compile, cold.compile) == (32, "none", "blocks")
-    norm = train_plan.scenario_spec({**p, "arch_change": "norm"}, "cpu", "compiled", "arch_change")
+    norm = plan.scenario_spec({**p, "arch_change": "norm"}, "cpu", "compiled", "arch_change")
     assert norm.model_overrides == {"extra_norm": True}
 
 
@@ -430,7 +431,7 @@ def test_cli_trains_with_fsdp2_on_two_ranks(tmp_path):
 def test_report_shows_both_clocks_the_ledger_and_the_chart(tmp_path):
     from trainready.core.case import Case, Result
     from trainready.core.store import RunRecord
-    from trainready.report import render
+    from trainready.reporting import render
 
     out = judge(PARAMS, _runs(), PEAK)
     case = Case("train", "qwen3-debug/T64/B4/fp32", {})
@@ -456,7 +457,7 @@ def test_report_has_a_column_for_every_compile_phase_the_loop_records():
 def test_report_calls_an_inconclusive_speedup_and_break_even_so_and_says_why(tmp_path):
     from trainready.core.case import Case, Result
     from trainready.core.store import RunRecord
-    from trainready.report import render
+    from trainready.reporting import render
 
     eager = {"cold": [0.012] * 5, "warm": [0.2] * 5, "arch_change": [0.013] * 5}
     compiled = {name: [0.01] * 5 for name in MAIN}
@@ -496,7 +497,7 @@ def test_report_calls_an_inconclusive_speedup_and_break_even_so_and_says_why(tmp
 
 
 def test_report_names_the_moe_dispatch_that_ran():
-    from trainready.report.sections.train import headlines, rates_table
+    from trainready.reporting.sections.train import headlines, rates_table
 
     runs = _runs()
     for scenarios in runs.values():

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from trainready.suites import train_zygote
-from trainready.training import TrainSpec
+from trainready.suites.train import zygote as train_zygote
+from trainready.suites.train.loop import TrainSpec
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 

@@ -8,20 +8,13 @@ import json
 import pytest
 from rich.console import Console
 
-from trainready.config import ConfigError
 from trainready.core.case import Case, Result
+from trainready.core.config import ConfigError
 from trainready.core.store import RunRecord, Store
-from trainready.report import render
-from trainready.report.model import build_run
-from trainready.report.terminal import print_summary
-from trainready.report.verdict import (
-    NOT_READY,
-    NOT_TESTED,
-    PARTIAL,
-    READY,
-    judge,
-    load_rules,
-)
+from trainready.reporting import render
+from trainready.reporting.model import build_run
+from trainready.reporting.terminal import print_summary
+from trainready.reporting.verdict import NOT_READY, NOT_TESTED, PARTIAL, READY, judge, load_rules
 
 ALL = ["parity", "matmul", "flex", "train", "dist"]
 
@@ -438,7 +431,7 @@ def test_the_verdict_opens_every_format_and_the_json_carries_it(store, tmp_path)
 def test_report_and_run_take_a_verdict_config(store, tmp_path):
     from typer.testing import CliRunner
 
-    from trainready.cli import app
+    from trainready.cli.app import app
 
     lenient = tmp_path / "lenient.toml"
     lenient.write_text("[throughput]\nmatmul_ready_min_mfu = 0.1\nmatmul_partial_min_mfu = 0.05\n")

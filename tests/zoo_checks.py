@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from trainready.models.float64 import recording_dtypes
 from trainready.models.task import TaskModel, TaskOutput, cast_batch
+from trainready.models.zoo.float64 import recording_dtypes
 
 
 def step(
@@ -76,7 +76,7 @@ def run_task_type(model_type: str, steps: int = 2):
     from trainready.core.case import Case
     from trainready.core.context import CaseContext
     from trainready.core.worker import execute_case
-    from trainready.suites import parity
+    from trainready.suites.parity import suite as parity
 
     params = {"source": "hf_task", "model": model_type, "mode": "eager", "dtype": "fp32"}
     case = Case("parity", f"hf/{model_type}/eager/fp32", {**params, "steps": steps})

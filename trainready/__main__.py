@@ -1,3 +1,3 @@
-from trainready.entry import main
+from trainready.cli.entry import main
 
 main()

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainready.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.case import Case, Result
 from trainready.core.concurrency import default_jobs
+from trainready.core.config import ConfigError, RunConfig, check_choice, parse_shard
 from trainready.core.context import ARTIFACTS
 from trainready.core.lock import RunLock
 from trainready.core.plan import PlannedSuite, plan
 from trainready.core.runner import Job, Runner
 from trainready.core.shutdown import Interrupted, interrupt_on_signals
 from trainready.core.store import DB_NAME, RunRecord, Store, StoreError, new_run_id
-from trainready.mfu import calculate as calculate_mfu
+from trainready.metrics.mfu import calculate as calculate_mfu
 from trainready.suites import cpu_cores, expand, runs_alone
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _peak_cache(store: Store) -> PeakCache:
 def _import_requested(imports: Sequence[str] | None) -> list[str]:
     """Import TRAINREADY_IMPORT's modules and then `imports`, before any device is resolved (one
     may register the device); returns the list, which the run's other processes import too."""
-    from trainready.imports import import_modules, requested
+    from trainready.core.imports import import_modules, requested
 
     modules = requested(imports)
     import_modules(modules)
@@ -143,8 +143,8 @@ def run(
     imports: modules to import first, here and in every worker and rank, after those
     TRAINREADY_IMPORT names (`--import`); one that fails to import is an ImportFailed.
     """
+    from trainready.core.env import snapshot
     from trainready.device import resolve
-    from trainready.env import snapshot
 
     obs = observer or Observer()
     check_choice("executor", executor, EXECUTORS)
@@ -423,8 +423,8 @@ def report(
     """`trainready report RUN... [--compare RUN2] --format FMT` as a string. A RUN is DIR (its
     latest run) or DIR:RUN_ID; the first is the primary, the other runs and `compare` (one RUN or
     several) sit beside it. `verdict_config`: a TOML file of readiness thresholds
-    (`--verdict-config`; default: trainready/report/verdict.toml)."""
-    from trainready.report import render
+    (`--verdict-config`; default: trainready/reporting/verdict.toml)."""
+    from trainready.reporting import render
 
     if not runs:
         raise ConfigError("report needs at least one run")

@@ -23,7 +23,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 
 
 def check_options(options: dict[str, Any], suites: dict[str, ModuleType], flags: set[str]) -> None:

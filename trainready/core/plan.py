@@ -8,8 +8,8 @@ import hashlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from trainready.config import ConfigError, RunConfig
 from trainready.core.case import Case
+from trainready.core.config import ConfigError, RunConfig
 from trainready.core.options import check_options
 from trainready.suites import FLAG_USERS, load_suite
 

@@ -22,9 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from trainready.config import ConfigError
 from trainready.core.case import Case, Result
 from trainready.core.concurrency import threads_per_worker, usable_cores
+from trainready.core.config import ConfigError
 from trainready.core.runner import Job, Runner
 from trainready.core.schedule import next_startable
 

@@ -127,7 +127,7 @@ def _import_modules(names: list[str]) -> str | None:
     """Import the run's --import modules (a backend for the device, kernels), first, and pass them
     on to the processes cases start (ranks, training processes); returns the error, one line
     naming the module, when one fails."""
-    from trainready.imports import ImportFailed, export, import_modules
+    from trainready.core.imports import ImportFailed, export, import_modules
 
     export(names)
     try:
@@ -174,7 +174,7 @@ def worker_main(
         t0 = time.perf_counter()
         try:
             if import_error is not None:  # no case may run without the run's modules
-                from trainready.imports import ImportFailed
+                from trainready.core.imports import ImportFailed
 
                 raise ImportFailed(import_error)
             if suite_path not in suites:

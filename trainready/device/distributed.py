@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.device.runtime import _SINGLE_DEVICE, device_type
 
 

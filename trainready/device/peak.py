@@ -19,7 +19,7 @@ from trainready.device.fallback import fallback_watch
 from trainready.device.identity import device_info, device_key
 from trainready.device.memory import is_oom
 from trainready.device.runtime import Timer, device_type, torch_dtype
-from trainready.peaks import PEAKS, match_kind
+from trainready.metrics.peaks import PEAKS, match_kind
 
 
 # -- peak FLOP/s ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from trainready.config import DTYPES, ConfigError
+from trainready.core.config import DTYPES, ConfigError
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -23,7 +23,7 @@ _TORCH_DTYPES = {
     "fp16": torch.float16,
     "fp64": torch.float64,
 }
-assert tuple(_TORCH_DTYPES) == DTYPES, "dtype names must match trainready.config.DTYPES"
+assert tuple(_TORCH_DTYPES) == DTYPES, "dtype names must match trainready.core.config.DTYPES"
 
 # Backends with a single device, addressed without an index.
 _SINGLE_DEVICE = frozenset({"mps"})

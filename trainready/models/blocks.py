@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainready.config import ConfigError, check_choice
+from trainready.core.config import ConfigError, check_choice
 
 NORMS = ("rmsnorm", "layernorm")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from trainready.config import ConfigError, check_choice
+from trainready.core.config import ConfigError, check_choice
 from trainready.models.blocks import ACTIVATIONS, Decoder, DecoderConfig, num_params
-from trainready.models.moe_dispatch import use_routed_dispatch
+from trainready.models.moe import use_routed_dispatch
 from trainready.models.specs import ModelSpec, get_spec
 
 MOE_DISPATCH = ("routed", "dense")

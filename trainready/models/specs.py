@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.data import model_entries
 
 

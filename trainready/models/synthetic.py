@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 from trainready.models.blocks import Decoder, DecoderConfig
 
 VOCAB_SIZE = 256

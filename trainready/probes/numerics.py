@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from trainready.config import DTYPES, check_choice
+from trainready.core.config import DTYPES, check_choice
 
 # Relative errors are taken against max(|ref|, REL_FLOOR * rms(ref)): entries far below the
 # tensor's typical magnitude (cancellations in a dot product) would otherwise dominate max_rel.

@@ -68,11 +68,11 @@ low-precision code, and a fault cannot raise the bar it is judged by.
 
 `IndependentRounding("fp32", pointwise=True)` also recomputes every elementwise op in float64 and
 rounds it stochastically: what a plain elementwise op rounds alike in every run (t * freq before
-a sinusoid) is then independent too, at three times the cost, so `suites/parity.py` asks for it
+a sinusoid) is then independent too, at three times the cost, so `suites/parity/suite.py` asks for it
 only when judging a failing case again.
 
 `IndependentRounding("fp64")` reorders a float64 run the same way: the reference's own rounding
-noise, which `suites/parity.py` measures on a failing case's tensors (a tensor zero in exact
+noise, which `suites/parity/suite.py` measures on a failing case's tensors (a tensor zero in exact
 arithmetic is nothing but that residue in float64).
 
 In bf16/fp16, ops that mutate a tensor in place without an out-of-place twin, `_foreach_*`

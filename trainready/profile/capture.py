@@ -151,8 +151,8 @@ class StepProfiler:
                 self._prof.stop()
 
     def write_metadata(self, extra: dict[str, Any] | None = None) -> None:
+        from trainready.core.env import snapshot
         from trainready.device import resolve
-        from trainready.env import snapshot
 
         meta = {
             "trace": TRACE_NAME if self.trace_path.exists() else None,
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from trainready.imports import ImportFailed, import_modules, requested
+    from trainready.core.imports import ImportFailed, import_modules, requested
 
     imports = requested(args.imports)
     try:  # before the script touches a device: a module may register it

@@ -5,7 +5,7 @@ ops (the leaf aten ops, so a `linear` -> `addmm` or `matmul` -> `mm` chain count
 
 - `aten::mm` [M,K]x[K,N], `aten::addmm` (bias, [M,K], [K,N]), `aten::_scaled_mm` (fp8: [M,K]x
   [K,N] with scales): 2*M*N*K; `aten::bmm` [B,M,K]x[B,K,N], `aten::baddbmm`: 2*B*M*N*K
-  (trainready.probes.flops.linear_flops); `aten::_grouped_mm` (MoE experts: [M,K] rows split
+  (trainready.metrics.flops.linear_flops); `aten::_grouped_mm` (MoE experts: [M,K] rows split
   among G weights [G,K,N], or [G,M,K]x[G,K,N]): 2*M*N*K over all rows
 - `aten::convolution`, `aten::_convolution`, `aten::convolution_overrideable` (input, weight,
   bias, stride, padding, dilation, transposed, output padding, groups) and
@@ -30,7 +30,7 @@ convention), where FlopCounterMode's fused-kernel backward formulas count 2.5 ti
 
 Time of an op: its device kernels (joined through the "External id" Kineto writes on the op and on
 the kernels it launched) where it launched any, else its own host duration (CPU execution).
-MFU is against the datasheet peak of the trace's device (trainready.peaks) at the op's dtype; a
+MFU is against the datasheet peak of the trace's device (trainready.metrics.peaks) at the op's dtype; a
 device or dtype without a table entry gives no MFU rather than a guess.
 """
 
@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from trainready.peaks import PEAKS, match_kind
-from trainready.probes.flops import attention_backward_flops, attention_flops, linear_flops
+from trainready.metrics.flops import attention_backward_flops, attention_flops, linear_flops
+from trainready.metrics.peaks import PEAKS, match_kind
 from trainready.profile import intervals
 from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_RUNTIME, Trace
 

@@ -1,14 +1,14 @@
 """`trainready analyze TRACE`: the command's body, its terminal output, and its quick path.
 
 Kept light on purpose: this module imports only the standard library at the top, so the console
-entry (`trainready.entry`) runs the plain form of `analyze` without Typer, rich, the runner or the
+entry (`trainready.cli.entry`) runs the plain form of `analyze` without Typer, rich, the runner or the
 report package -- a whole `trainready analyze` is Python's start, numpy, the parse, the analyses and
-the printing. The Typer command (`trainready.commands.profile.analyze`) runs the same body.
+the printing. The Typer command (`trainready.cli.commands.profile.analyze`) runs the same body.
 
 Output: the summary is a list of lines and tables (`summary_blocks`), drawn on a terminal by rich
-through the CLI's console (`trainready.consoles`, rich alone: not Typer), and into a file or a
+through the CLI's console (`trainready.cli.console`, rich alone: not Typer), and into a file or a
 pipe as plain text (`plain_lines`: whole lines, columns aligned, no rich loaded). Numbers read as
-everywhere else (`trainready.report.numbers`).
+everywhere else (`trainready.reporting.numbers`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainready.report.numbers import number, percent
+from trainready.reporting.numbers import number, percent
 
 PEAK_TFLOPS_MIN = 0.001
 
@@ -82,11 +82,11 @@ def quick_main(argv: list[str]) -> int | None:
 def _error_code(error: Exception) -> int:
     """clikit.guard's one line for a user-input error (2) or an OSError (1); anything else is
     raised as it would be there. clikit (rich, Typer) loads only here, on the error path."""
-    from trainready.config import ConfigError
+    from trainready.core.config import ConfigError
 
     if not isinstance(error, (ConfigError, OSError)):
         raise error
-    from trainready.clikit import os_message, print_error
+    from trainready.cli.common import os_message, print_error
 
     if isinstance(error, ConfigError):
         print_error(str(error))
@@ -380,10 +380,10 @@ def plain_lines(blocks: list[Line | Table]) -> list[str]:
 
 
 def print_rich(blocks: list[Line | Table]) -> None:
-    """The blocks through the CLI's rich console (`trainready.consoles.console`)."""
+    """The blocks through the CLI's rich console (`trainready.cli.console.console`)."""
     from rich.table import Table as RichTable
 
-    from trainready.consoles import console
+    from trainready.cli.console import console
 
     for block in blocks:
         if isinstance(block, Table):

@@ -63,7 +63,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -26,12 +26,13 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from trainready.config import ConfigError
+from trainready.core.config import ConfigError
 
 # Built-in suites, in the order `run all` uses (fast, informative suites first). A suite whose
 # module is not in this build yet is left out of `all` and of the valid choices.
 _PLANNED: dict[str, str] = {
-    name: f"trainready.suites.{name}" for name in ("matmul", "flex", "parity", "train", "dist")
+    name: f"trainready.suites.{name}.suite"
+    for name in ("matmul", "flex", "parity", "train", "dist")
 }
 SUITES: dict[str, str] = {
     name: path for name, path in _PLANNED.items() if importlib.util.find_spec(path) is not None

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from trainready.core.case import Case, Outcome
 from trainready.core.context import CaseContext
-from trainready.launch import RankEnv
+from trainready.core.launch import RankEnv
 from trainready.testing.faults import catch_required, patched
 
 OPTION = "dist_fault"
@@ -86,7 +86,7 @@ def _avg_fault(wrap: Callable[[RankEnv, Any], Callable[[], None]]) -> Callable:
 
     @contextlib.contextmanager
     def plant(env: RankEnv) -> Iterator[None]:
-        from trainready.suites.dist_cases import collectives
+        from trainready.suites.dist import collectives
 
         op = collectives.OPS["all_reduce_avg"]
 
@@ -143,7 +143,7 @@ def _ddp_hook(hook: Callable[[RankEnv, torch.Tensor], torch.Tensor]) -> Callable
 
     @contextlib.contextmanager
     def plant(env: RankEnv) -> Iterator[None]:
-        from trainready.suites.dist_cases import training
+        from trainready.suites.dist import training
 
         original = training._ddp
 
@@ -197,7 +197,7 @@ def _fsdp2_reduce_scatter(
         from torch.distributed.fsdp import FSDPModule
         from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
-        from trainready.suites.dist_cases import training
+        from trainready.suites.dist import training
 
         class Planted(DefaultReduceScatter):
             def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
@@ -269,7 +269,7 @@ DIST_FAULTS: dict[str, DistFault] = {
 
 def run_case(env: RankEnv, case: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """The rank target: the real case with `options["dist_fault"]` planted (none: as it is)."""
-    from trainready.suites.dist_cases import run_case as real_run_case
+    from trainready.suites.dist.rank import run_case as real_run_case
 
     name = options.get(OPTION)
     plant = DIST_FAULTS[name].plant(env) if name else contextlib.nullcontext()
@@ -282,7 +282,7 @@ def run_case(env: RankEnv, case: dict[str, Any], options: dict[str, Any]) -> dic
 
 def execute(case: Case, ctx: CaseContext) -> Outcome:
     """The dist suite's execute, through `run_case` (plant with `ctx.options["dist_fault"]`)."""
-    from trainready.suites import dist
+    from trainready.suites.dist import suite as dist
 
     return dist.execute(case, ctx, target=TARGET)
 

@@ -802,7 +802,7 @@ def _optimizer_fault(
 ) -> Callable[[str], contextlib.AbstractContextManager]:
     @contextlib.contextmanager
     def plant(where: str) -> Iterator[None]:
-        from trainready.suites import parity_engine
+        from trainready.suites.parity import engine as parity_engine
 
         original = parity_engine.make_optimizer
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from trainready.suites.flex_variants import BUILTIN, SOFTCAP, Shape
+from trainready.suites.flex.variants import BUILTIN, SOFTCAP, Shape
 from trainready.testing.faults import BF16_GOAL, _hit
 
 PATH = str(Path(__file__).resolve())

@@ -1,0 +1,1 @@
+"""The command line: the Typer app, its commands, consoles and progress."""

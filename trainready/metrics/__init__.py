@@ -1,0 +1,3 @@
+"""Arithmetic over measured numbers: statistics, the time ledger, MFU, peaks, FLOPs.
+
+No module here imports torch."""

@@ -1,0 +1,51 @@
+"""Per-suite report sections. Every suite gets the generic one; a suite may add its own.
+
+To give a suite its own section, add a module here that defines SUITE (the suite's name) and
+either or both of:
+    section(report, suite) -> list[Block]   blocks shown above the generic drill-downs
+    headlines(run) -> list[Stat]            headline numbers for the overview
+    KEY_METRICS: tuple[str, ...]            metrics shown in tables and compared across runs
+    METRIC_GOALS: dict[str, str]            metric -> "higher" or "lower" is better (for `gate`)
+Modules are found by listing this package, so a new suite's section needs no edit elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+
+from trainready.reporting.blocks import Block, Section, Stat
+from trainready.reporting.model import Report, RunView
+from trainready.reporting.sections import generic
+
+SECTIONS: dict[str, Callable[[Report, str], list[Block]]] = {}
+HEADLINES: dict[str, Callable[[RunView], list[Stat]]] = {}
+KEY_METRICS: dict[str, tuple[str, ...]] = {}
+METRIC_GOALS: dict[str, dict[str, str]] = {}
+
+for _info in pkgutil.iter_modules(__path__):
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    if hasattr(_module, "SUITE"):
+        if hasattr(_module, "section"):
+            SECTIONS[_module.SUITE] = _module.section
+        if hasattr(_module, "headlines"):
+            HEADLINES[_module.SUITE] = _module.headlines
+        if hasattr(_module, "KEY_METRICS"):
+            KEY_METRICS[_module.SUITE] = tuple(_module.KEY_METRICS)
+        if hasattr(_module, "METRIC_GOALS"):
+            METRIC_GOALS[_module.SUITE] = dict(_module.METRIC_GOALS)
+
+
+def suite_section(report: Report, suite: str) -> Section:
+    extra = SECTIONS.get(suite)
+    blocks = [
+        generic.counts(report, suite),
+        *(extra(report, suite) if extra else []),
+        *generic.drill_down(report, suite),
+    ]
+    return Section(f"Suite: {suite}", blocks, f"suite-{suite}")
+
+
+def headlines(run: RunView) -> list[Stat]:
+    return [stat for suite in run.suites if suite in HEADLINES for stat in HEADLINES[suite](run)]

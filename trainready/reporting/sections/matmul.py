@@ -1,0 +1,337 @@
+"""The matmul sweep as an evaluator publishes it: MFU against GFLOP per M, and the shape table.
+
+MFU is a fraction of a peak that is either a datasheet number or a measured one; the suite says
+which in diagnostics["peak_label"], and every MFU shown here carries that label. The MFU headlines'
+intervals cover timing noise and the machine's drift over the run (the drift reference each case
+read, `run_drift`), or read "inconclusive" when the machine moved too far.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from trainready.core.case import Result
+from trainready.metrics.stats import drift, drift_why, spread_why, widen
+from trainready.reporting import fmt
+from trainready.reporting.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, Text, num
+from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
+from trainready.reporting.model import Report, RunView, finite
+from trainready.reporting.sections import host
+
+SUITE = "matmul"
+KEY_METRICS = ("tflops", "mfu", "time_ms")
+METRIC_GOALS = {"tflops": "higher", "mfu": "higher", "time_ms": "lower"}
+PASS_ORDER = {"fwd": 0, "dX": 1, "dW": 2}
+INCONCLUSIVE = "inconclusive"
+
+
+def _gflop(r: Result) -> float | None:
+    if finite(r.metrics.get("gflop")):
+        return r.metrics["gflop"]
+    p = r.case.params
+    if all(isinstance(p.get(k), int) for k in "MNK"):
+        return 2 * p["M"] * p["N"] * p["K"] / 1e9
+    return None
+
+
+def _sort_key(r: Result) -> tuple:
+    p = r.case.params
+    return (
+        str(p.get("model", "")),
+        str(p.get("op", "")),
+        p.get("M", 0),
+        PASS_ORDER.get(p.get("pass"), 9),
+    )
+
+
+def _measured(run: RunView, metric: str) -> list[Result]:
+    """Passing cases with the metric: a wrong or failed matmul has no speed worth plotting."""
+    return [r for r in run.in_suite(SUITE) if r.status == "pass" and finite(r.metrics.get(metric))]
+
+
+def _ms(results: list[Result]) -> list:
+    return sorted({r.case.params.get("M") for r in results}, key=lambda m: (m is None, m or 0))
+
+
+def peak_label(results: list[Result]) -> str:
+    labels = {r.diagnostics.get("peak_label") for r in results if "mfu" in r.metrics}
+    return "; ".join(sorted(str(label) for label in labels if label))
+
+
+def run_drift(results: list[Result]) -> dict:
+    """How far the machine's speed moved while the run timed its matmul cases, from the drift
+    reference every case read just before and after its timed loop, and (a measured peak) the
+    reading taken with the peak's calibration, which every MFU is a share of: {"workload",
+    "readings" (this run's, FLOP/s), "calibration" (FLOP/s or None), "moved" (`stats.drift`
+    over all of them; None when fewer than two)}."""
+    refs = [
+        r.diagnostics["drift_reference"] for r in results if r.diagnostics.get("drift_reference")
+    ]
+    readings = [x for ref in refs for x in ref.get("readings_flops") or [] if finite(x)]
+    calibration = next(
+        (ref["calibration_flops"] for ref in refs if ref.get("calibration_flops")), None
+    )
+    return {
+        "workload": refs[0].get("workload", "") if refs else "",
+        "readings": readings,
+        "calibration": calibration,
+        "moved": drift(readings + ([calibration] if calibration else [])),
+    }
+
+
+def drift_text(d: dict) -> str:
+    """The drift reference as a note reads it: its workload, its range and the move."""
+    if not d["readings"]:
+        return "machine drift unknown (no drift reference recorded)"
+    lo, hi = min(d["readings"]), max(d["readings"])
+    text = f"drift reference {d['workload']}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
+    if d["calibration"]:
+        text += f", {_gflops(d['calibration'])} at the peak's calibration"
+    if d["moved"] is None:
+        return text + "; drift unknown (one reading)"
+    return f"{text}: moved {fmt.percent(d['moved'])}"
+
+
+def _when(machine: dict) -> str:
+    return "during the run" + (
+        " and since the peak's calibration" if machine["calibration"] else ""
+    )
+
+
+def _gflops(flops: float) -> str:
+    return fmt.number(flops / 1e9)
+
+
+def mfu_at_m(results: list[Result], machine: dict | None = None) -> dict:
+    """The MFU of the passing cases at one M as a headline reads it: their median, the cases'
+    range, how far timing noise moves the median (`noise_interval`: the median of each case's
+    MFU at the two ends of its repeats' interquartile range, taken symmetric about its median),
+    and `interval`, that widened each way by how far the machine's speed moved (`machine`:
+    `run_drift` over the run's cases; these results' own when not given). `why` says why it is
+    inconclusive: a case above 100% MFU (the measured peak is too low, so no MFU against it
+    means much), the cases' median timing spread over stats.MAX_SPREAD, or a drift over
+    stats.MAX_DRIFT.
+
+    Per M, because M=1 (matrix-vector, memory-bound) and M >= 128 (compute-bound) form separate
+    clusters: one median over both is the midpoint between them, and moves with the mix."""
+    machine = machine if machine is not None else run_drift(results)
+    mfus = [r.metrics["mfu"] for r in results]
+    spreads = [r.metrics["spread"] for r in results if finite(r.metrics.get("spread"))]
+    spread = statistics.median(spreads) if spreads else 0.0
+    half = [min(r.metrics.get("spread") or 0.0, 1.9) / 2 for r in results]  # < 1: times stay > 0
+    above = sum(m > 1 for m in mfus)
+    why = (
+        f"{fmt.plural(above, 'case')} above 100% MFU: the measured peak is too low "
+        "(trainready devices --recalibrate)"
+        if above
+        # The drift before the spread, as in the train suite: a machine that moved spreads too.
+        else drift_why(machine["moved"], _when(machine))
+        or spread_why("timed repeats (median over the cases)", spread)
+    )
+    noise = [
+        statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
+        statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
+    ]
+    return {
+        "value": statistics.median(mfus),
+        "noise_interval": noise,
+        "interval": widen(noise, machine["moved"]),
+        "drift": machine["moved"],
+        "range": [min(mfus), max(mfus)],
+        "cases": len(mfus),
+        "spread": spread,
+        "why": why or "",
+    }
+
+
+def _mfu_stat(label: str, results: list[Result], machine: dict) -> Stat:
+    e = mfu_at_m(results, machine)
+    cases = fmt.plural(e["cases"], "passing case")
+    peak = f"; {peak_label(results)}" if peak_label(results) else ""
+    if e["why"]:
+        measured = f"measured {fmt.percent(e['value'])}, median of {cases}"
+        note = f"{e['why']}; {measured}; {drift_text(machine)}{peak}"
+        return Stat(label, INCONCLUSIVE, fmt.text, note)
+    lo, hi = e["interval"]
+    note = (
+        f"median of {cases} ({fmt.percent(e['range'][0])}–{fmt.percent(e['range'][1])}); "
+        f"interval {fmt.percent(lo)}–{fmt.percent(hi)}: timing noise "
+        f"{fmt.percent(e['noise_interval'][0])}–{fmt.percent(e['noise_interval'][1])} "
+        f"(repeats' spread {fmt.percent(e['spread'])}), "
+        + ("widened by the drift; " if e["drift"] else "")
+        + f"{drift_text(machine)}{peak}"
+    )
+    return Stat(label, e["value"], fmt.percent, note)
+
+
+def mfu_stats(run: RunView, prefix: str = "") -> list[Stat]:
+    """One MFU per M (never one median over all M), each with its sample, its spread and the
+    machine's drift over the run."""
+    measured = _measured(run, "mfu")
+    machine = run_drift(run.in_suite(SUITE))
+    return [
+        _mfu_stat(
+            f"{prefix}matmul MFU at M={m}",
+            [r for r in measured if r.case.params.get("M") == m],
+            machine,
+        )
+        for m in _ms(measured)
+    ]
+
+
+def headlines(run: RunView) -> list[Stat]:
+    stats = mfu_stats(run)
+    fallbacks = host.collect(run.in_suite(SUITE), _case_id)
+    if not fallbacks.on_cpu:
+        stats.append(fallbacks.stat("matmul host-fallback ops"))
+    return stats
+
+
+def _case_id(r: Result) -> str:
+    return r.case.id
+
+
+def section(report: Report, suite: str) -> list[Block]:
+    blocks: list[Block] = []
+    stats = []
+    for run in report.runs:
+        stats += mfu_stats(run, f"{run.label}: " if report.multi else "")
+    if stats:
+        blocks.append(Stats(stats))
+    blocks.extend(_peak_warnings(report))
+    blocks.append(chart(report))
+    blocks.append(table(report))
+    for run in report.runs:
+        fallbacks = host.collect(run.in_suite(SUITE), _case_id)
+        if fallbacks.ops or (fallbacks.measured and not fallbacks.on_cpu):
+            prefix = f"{run.label}: " if report.multi else ""
+            blocks.append(host.table(fallbacks, f"{prefix}Ops that left the device (first call)"))
+    return blocks
+
+
+def _peak_warnings(report: Report) -> list[Text]:
+    """MFU above 100% means the peak is wrong, not the device fast: say so above the numbers."""
+    texts = []
+    for run in report.runs:
+        fell_back = [r for r in run.in_suite(SUITE) if r.diagnostics.get("host_fallback")]
+        if fell_back:
+            prefix = f"{run.label}: " if report.multi else ""
+            texts.append(
+                Text(
+                    f"{prefix}{len(fell_back)} of {len(run.in_suite(SUITE))} cases' MFU is not "
+                    f"the device's: {fell_back[0].diagnostics['host_fallback']}"
+                )
+            )
+        warned = [r for r in _measured(run, "mfu") if r.diagnostics.get("peak_warning")]
+        if warned:
+            worst = max(warned, key=lambda r: r.metrics["mfu"])
+            prefix = f"{run.label}: " if report.multi else ""
+            texts.append(
+                Text(
+                    f"{prefix}{len(warned)} of {len(_measured(run, 'mfu'))} cases are above 100% "
+                    f"MFU, worst {worst.case.id}: {worst.diagnostics['peak_warning']}"
+                )
+            )
+    return texts
+
+
+def chart(report: Report) -> Chart:
+    # MFU when every run knows its peak; otherwise TFLOP/s, which needs no peak.
+    metric = "mfu" if all(_measured(run, "mfu") for run in report.runs) else "tflops"
+    y_label = "MFU %" if metric == "mfu" else "TFLOP/s"
+    measured = [_measured(run, metric) for run in report.runs]
+    ms = _ms([r for results in measured for r in results])
+    series = []
+    for i, (run, results) in enumerate(zip(report.runs, measured, strict=True)):
+        for j, m in enumerate(ms):
+            at_m = [r for r in results if r.case.params.get("M") == m]
+            points = [p for r in at_m if (p := _point(r, metric)) is not None]
+            if points:
+                name = f"{run.label} M={m}" if report.multi else f"M={m}"
+                # Colour says M, marker says device: same-M series of two devices sit side by side.
+                color, marker = PALETTE[j % len(PALETTE)], MARKERS[i % len(MARKERS)]
+                series.append(Series(name, points, color, marker))
+    peaks = [(run.label, peak_label(_measured(run, "mfu"))) for run in report.runs]
+    peaks_text = ", ".join(f"{p} ({name})" if report.multi else p for name, p in peaks if p)
+    title = f"Matmul {y_label} against problem size"
+    caption = f"{title}, one series per M, passing cases only"
+    if metric == "mfu" and peaks_text:
+        caption += f"; MFU {peaks_text}"
+    without = [run.label for run in report.runs if not _measured(run, "mfu")]
+    if metric == "tflops" and without:
+        caption += f"; no MFU: no peak FLOP/s known for {', '.join(without)}"
+    svg = xy_chart(
+        series, Axis("GFLOP per matmul", log=True), Axis(y_label, zero=True), title=title
+    )
+    return Chart(svg, caption)
+
+
+def _point(r: Result, metric: str) -> Point | None:
+    gflop = _gflop(r)
+    if gflop is None:
+        return None
+    p, value = r.case.params, r.metrics[metric]
+    shown = fmt.percent(value) + " MFU" if metric == "mfu" else f"{fmt.number(value)} TFLOP/s"
+    tip = (
+        f"{p.get('model')} {p.get('op')} {p.get('pass')} M={p.get('M')} N={p.get('N')} K={p.get('K')}: "
+        f"{fmt.number(gflop)} GFLOP, {shown}"
+    )
+    return Point(gflop, value * 100 if metric == "mfu" else value, tip)
+
+
+def table(report: Report) -> Table:
+    rows_by_run = [(run, sorted(run.in_suite(SUITE), key=_sort_key)) for run in report.runs]
+    labels = {peak_label([r]) for _, results in rows_by_run for r in results if "mfu" in r.metrics}
+    # One label for every MFU: say it in the header; several: a column, so no cell is ambiguous.
+    per_row_peak = len(labels) > 1
+    single = next(iter(labels), "")
+    columns = [
+        *([Column("run")] if report.multi else []),
+        Column("model"),
+        Column("op"),
+        num("M"),
+        num("N"),
+        num("K"),
+        Column("pass"),
+        num("GFLOP"),
+        num("time ms"),
+        num("TFLOP/s"),
+        num(f"MFU % ({single})" if single and not per_row_peak else "MFU %", _mfu_percent),
+        *([Column("peak")] if per_row_peak else []),
+        STATUS,
+    ]
+    rows = []
+    for run, results in rows_by_run:
+        for r in results:
+            p, m = r.case.params, r.metrics
+            rows.append(
+                [
+                    *([run.label] if report.multi else []),
+                    p.get("model"),
+                    p.get("op"),
+                    p.get("M"),
+                    p.get("N"),
+                    p.get("K"),
+                    p.get("pass"),
+                    _gflop(r),
+                    m.get("time_ms"),
+                    m.get("tflops"),
+                    m.get("mfu"),
+                    *([peak_label([r]) or None] if per_row_peak else []),
+                    r.status,
+                ]
+            )
+    dtypes = sorted(
+        {
+            str(r.case.params["dtype"])
+            for _, rs in rows_by_run
+            for r in rs
+            if "dtype" in r.case.params
+        }
+    )
+    caption = "Matmul shapes" + (f" ({', '.join(dtypes)})" if dtypes else "")
+    return Table(columns, rows, caption, drill_down=True)
+
+
+def _mfu_percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f}"

@@ -1,0 +1,1 @@
+"""The matmul suite: MFU over real projection shapes (suite.py)."""
