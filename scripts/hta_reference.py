@@ -1,4 +1,4 @@
-"""Produce the HolisticTraceAnalysis reference values that tests/test_profile_hta.py checks.
+"""Produce the HolisticTraceAnalysis reference values that tests/unit/profile/test_hta.py checks.
 
 Not a dependency of trainready: run it by hand after `pip install holistictraceanalysis`:
 
