@@ -22,11 +22,11 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   ratio HTA / trainready is the speed-up (target >= 10x);
 - a generated trace of N events (default 1M; a training-like mix of ops, launches, kernels,
   memcpys and flow arrows): trainready alone, `load_trace` + every analysis of
-  `analysis.summary` (steps, hardware rows, FLOPs/MFU, dependencies, critical paths, memory,
+  `summary.summary` (steps, hardware rows, FLOPs/MFU, dependencies, critical paths, memory,
   source lines too; target <= 10 s and <= 2 GB);
 - whole processes (`--whole-repeat N` rounds per trace, 0: none): the user's command,
-  `trainready analyze TRACE` as its console script runs it (`trainready.cli.entry:main`, or
-  `trainready.cli.app:main` in a tree without entry.py; every analysis and the printed tables, output
+  `trainready analyze TRACE` as its console script runs it (the tree's entry module's `main`,
+  in whichever layout the tree has; every analysis and the printed tables, output
   to /dev/null) with an empty trace cache (a fresh `TRAINREADY_CACHE_DIR` per run), against a
   fresh `python -c` running HTA's load and five analyses as above; wall time and CPU time of each
   child (its workers included), imports and interpreter start-up included. Output to /dev/null
@@ -100,13 +100,14 @@ import trainready.profile.opflops, trainready.profile.source  # imported lazily:
 import numpy.ma  # numpy imports it on the first np.unique (HTA's pandas does at import time)
 from trainready.profile import analysis as A
 from trainready.profile.cache import load_cached
+from trainready.profile.summary import summary
 from trainready.profile.trace import load_trace
 load = load_cached if "--cached" in sys.argv else load_trace
 w1, c1 = time.perf_counter(), cpu()
 trace = load(sys.argv[1])
 w2, c2 = time.perf_counter(), cpu()
 if "--summary" in sys.argv:  # every analysis trainready has
-    A.summary(trace)
+    summary(trace)
 else:  # the analyses HTA runs, as HTA runs them (the last profiler step left out)
     win = A.window(trace)
     for fn in (A.temporal_breakdown, A.kernel_type_breakdown, A.idle_time_breakdown,
@@ -205,11 +206,10 @@ TERMINAL = {"TTY_COMPATIBLE": "1"}
 def _analyze_cmd(tree: Path, path: Path) -> list[str]:
     """`trainready analyze PATH` as the console script of the source tree `tree` runs it (`-c`
     imports the package of the cwd first): its entry module's main()."""
-    entry = (
-        "trainready.cli.entry"
-        if (tree / "trainready" / "entry.py").is_file()
-        else "trainready.cli.app"
-    )
+    # the console script's module in this layout, in the flat one before it, and before entry.py
+    candidates = ("cli/entry.py", "entry.py", "cli.py")
+    found = next((c for c in candidates if (tree / "trainready" / c).is_file()), "cli.py")
+    entry = "trainready." + found.removesuffix(".py").replace("/", ".")
     code = f"import sys; sys.argv[0] = 'trainready'; from {entry} import main; main()"
     return [sys.executable, "-c", code, "analyze", str(path)]
 

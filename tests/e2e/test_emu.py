@@ -159,8 +159,8 @@ def _check_profiled_memory(path: str) -> None:
     _emu()
     from torch.profiler import ProfilerActivity, profile
 
-    from trainready.profile.analysis import summary
     from trainready.profile.capture import profile_steps
+    from trainready.profile.summary import summary
     from trainready.profile.text import no_device_activity
     from trainready.profile.trace import load_trace
 

@@ -51,7 +51,7 @@ def estimates(results: list[Result]) -> dict[str, tuple[bool, list[float]]]:
     passed = [r for r in matmul if r.status == "pass" and "mfu" in r.metrics]
     for m in sorted({r.case.params["M"] for r in passed}):
         e = mfu_at_m([r for r in passed if r.case.params["M"] == m], machine)
-        found[f"matmul MFU at M={m}"] = (not e["why"], e["interval"])
+        found[f"matmul MFU at M={m}"] = (not e.why, e.interval)
     for train in (r for r in results if r.case.suite == "train" and "rates" in r.diagnostics):
         rates = train.diagnostics["rates"]["main"]
         sp = rates["speedup"]
@@ -232,7 +232,7 @@ def test_every_headline_holds_up_on_a_second_run_or_says_why_not(tmp_path):
         print(f"run {i}:", {k: (ok, [round(x, 4) for x in v]) for k, (ok, v) in estimated.items()})
         matmul = run_drift([r for r in results if r.case.suite == "matmul"])
         train = [r.diagnostics.get("drift_reference") for r in results if r.case.suite == "train"]
-        print(f"  drift: matmul {matmul['moved']}, train {[t and t['moved'] for t in train]}")
+        print(f"  drift: matmul {matmul.moved}, train {[t and t['moved'] for t in train]}")
         for t in (t for t in train if t):
             ref = t.get("reference") or {}
             print(f"  train processes {t.get('between_processes')}, reference {ref.get('moved')}")

@@ -786,7 +786,7 @@ def test_9_without_hard_links_a_new_store_never_replaces_another(tmp_path, monke
 def test_9_without_atomic_renames_creators_take_turns(tmp_path, monkeypatch):
     """Neither hard links nor renameat2: creators publish one at a time under a lock, and the
     second finds the first's store."""
-    from trainready.core.lock import try_lock
+    from trainready.core.flock import try_lock
 
     db_path = tmp_path / "trainready.db"
     theirs = _prepared_store(tmp_path / "theirs")

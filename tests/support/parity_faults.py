@@ -191,6 +191,44 @@ class ZeroedUpstream(TinyLM):
         return self.head(self.norm(h))
 
 
+class KeyBiasCancelledOnTheCpu(TinyLM):
+    """Correct but different: attention whose keys share a learned bias. Its gradient is zero in
+    exact arithmetic (softmax ignores a shift every key shares): float64 leaves a residue of
+    ~1e-19, and every other honest run one of its own dtype's size -- except the CPU's plain
+    eager run below float64, whose kernels here cancel it exactly (planted: the bias passes no
+    gradient there, as the CPU's kernels cancel DETR's key-projection bias's). Independently
+    rounded runs (a dispatch mode over every op in bf16) and the compiled model leave their
+    residues."""
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.wq = nn.Linear(DIM, DIM, bias=False)
+        self.wk = nn.Linear(DIM, DIM, bias=False)
+        self.wv = nn.Linear(DIM, DIM, bias=False)
+        self.key_bias = nn.Parameter(torch.randn(DIM) * 0.5)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        b, t, _ = h.shape
+        bias = self.key_bias
+        plain_cpu = (
+            h.dtype != torch.float64
+            and not torch.compiler.is_compiling()
+            and torch.utils._python_dispatch._get_current_dispatch_mode() is None
+        )
+        if plain_cpu:
+            bias = _ZeroBackward.apply(bias)
+
+        def heads(x: torch.Tensor) -> torch.Tensor:
+            return x.view(b, t, 4, DIM // 4).transpose(1, 2)
+
+        q, k, v = heads(self.wq(h)), heads(self.wk(h) + bias), heads(self.wv(h))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + a.transpose(1, 2).reshape(b, t, DIM)
+        h = h + self.mlp(h)
+        return self.head(self.norm(h))
+
+
 class ExactlyZeroGradient(TinyLM):
     """Correct but different: a parameter whose gradient is exactly zero in every precision (it
     enters the output times 0), on the reference as on the device."""
@@ -305,6 +343,10 @@ def zeroed_upstream(seed: int) -> nn.Module:
 
 def exactly_zero_gradient(seed: int) -> nn.Module:
     return ExactlyZeroGradient(seed)
+
+
+def key_bias_cancelled_on_the_cpu(seed: int) -> nn.Module:
+    return KeyBiasCancelledOnTheCpu(seed)
 
 
 def near_kink(seed: int) -> nn.Module:

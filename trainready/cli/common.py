@@ -1,9 +1,11 @@
-"""What every CLI command shares: the consoles, one-line errors with exit code 2, warnings."""
+"""What every CLI command shares: the consoles, one-line errors with exit code 2, warnings, the
+options several commands take, and the summary of a stored run."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -32,6 +34,22 @@ IMPORT_OPTION = typer.Option(
     "adds to TRAINREADY_IMPORT, comma-separated): a device backend such as torch_npu or "
     "trainready.testing.emu, or your kernels for it.",
 )
+
+# `--verdict-config FILE`, for the commands that judge runs (run, report).
+VERDICT_CONFIG_OPTION = typer.Option(
+    metavar="FILE",
+    help="A TOML file of readiness thresholds, in place of the built-in ones "
+    "(trainready/reporting/verdict.toml; give only the keys you change).",
+)
+
+
+def print_run_summary(out: Path, run_id: str, verdict_config: Path | None = None) -> None:
+    """The terminal summary of a stored run (after `run` and `merge`)."""
+    from trainready.core.store import Store
+    from trainready.reporting.terminal import print_summary
+
+    with Store(out, create=False) as store:
+        print_summary(console, store, run_id, verdict_config)
 
 
 def print_error(message: str) -> None:

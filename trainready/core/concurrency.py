@@ -1,6 +1,6 @@
 """How many worker processes a device allows (`--jobs` when not given).
 
-Only correctness cases run side by side (`suites/__init__.py`: KIND); a timing case has the
+Only correctness cases run side by side (`core/suite.py`: KIND); a timing case has the
 machine to itself, or on a CPU run the cores it declares (CPU_CORES, `core/schedule.py`). So the
 default is how many correctness cases the device can hold at once:
 

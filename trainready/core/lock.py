@@ -4,46 +4,25 @@
 process that would run the same run at once is refused with one line, instead of executing the
 same cases beside it (measuring each other's contention, the last writer winning). The lock file
 is `DIR/RUN_ID/.lock` and holds the holder's pid; it is left in place when released (removing it
-would race with the next holder). `try_lock` is the primitive, also used by the explorer server
-for its upload part files.
+would race with the next holder). `core.flock.try_lock` is the primitive, also used by the store's
+creation guard and the explorer server for its upload part files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from trainready.core.flock import try_lock
 from trainready.core.store import StoreError
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: no advisory locks
-    fcntl = None  # type: ignore[assignment]
-
 LOCK_NAME = ".lock"
-_HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
 class RunInUse(StoreError):
     """Another live process holds the run."""
-
-
-def try_lock(f: IO[Any]) -> bool:
-    """Take an exclusive lock on the open file `f` without waiting: False when another open
-    file holds one (another process, or another open of the file in this one). Raises OSError
-    where the file system has no such locks."""
-    if fcntl is None:  # pragma: no cover - not POSIX
-        raise OSError(errno.ENOTSUP, "no advisory locks on this platform")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno in _HELD:
-            return False
-        raise
-    return True
 
 
 class RunLock:

@@ -42,7 +42,7 @@ class Job:
     budget_s: float
     context: dict[str, Any]  # CaseContext fields, JSON-able
     # A case that times something (or starts processes on every core) runs with no other case
-    # beside it; a correctness case may share the machine (suites/__init__.py: KIND).
+    # beside it; a correctness case may share the machine (core/suite.py: KIND).
     alone: bool = True
     # The cores a timing case needs on a CPU run (its suite's CPU_CORES; it runs on that many
     # threads): correctness cases may use the rest. None: the whole machine (core/schedule.py).

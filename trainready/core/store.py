@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainready.core.case import Case, Result
+from trainready.core.flock import try_lock
 
 DB_NAME = "trainready.db"
 SCHEMA_VERSION = 1  # PRAGMA user_version of a current store
@@ -213,8 +214,6 @@ def _publish(tmp: Path, db_path: Path) -> None:
         return
     except OSError:
         pass
-    from trainready.core.lock import try_lock  # lock builds on this module
-
     with open(db_path.with_name(f".{db_path.name}.create-lock"), "a") as guard:
         while not try_lock(guard):  # raises OSError without locks: nothing safe is left
             time.sleep(0.01)

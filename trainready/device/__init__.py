@@ -5,13 +5,14 @@
 - memory: memory_stats, reset_peak_memory, is_oom
 - identity: device_info, device_key, vendor_stack (driver and library versions)
 - peak: calibrate_peak, resolve_peak (the caller's PeakCache keeps measured peaks)
+- reference: the drift reference, a fixed GEMM (reference_rate, reference_workload)
 - fallback: the ops each backend records as run on the CPU (FallbackWatch)
 - distributed: default_pg_backend, rank_device, set_current_device
 - compile_cache: compile_cache_env
 
 Everything goes through `torch.accelerator` / `torch.Event` where PyTorch offers a generic API,
 so CUDA, ROCm, XPU, MPS and PrivateUse1 backends (e.g. Neuron) share one code path. Nothing here
-imports `trainready.core`. Callers import from the package; tests that patch a name patch the
+imports `trainready.core` beyond its base, `core.config`. Callers import from the package; tests that patch a name patch the
 module it lives in.
 """
 
@@ -36,6 +37,7 @@ from trainready.device.identity import (
 )
 from trainready.device.memory import is_oom, memory_stats, reset_peak_memory
 from trainready.device.peak import PeakCache, calibrate_peak, resolve_peak
+from trainready.device.reference import reference_rate, reference_workload
 from trainready.device.runtime import (
     DeviceError,
     GiB,
@@ -76,6 +78,8 @@ __all__ = [
     "neuron_fallback_ops",
     "parse_fallback_warnings",
     "rank_device",
+    "reference_rate",
+    "reference_workload",
     "reset_peak_memory",
     "resolve",
     "resolve_peak",

@@ -18,6 +18,7 @@ from trainready.device.dispatch import DispatchWatch
 from trainready.device.fallback import fallback_watch
 from trainready.device.identity import device_info, device_key
 from trainready.device.memory import is_oom
+from trainready.device.reference import reference_rate
 from trainready.device.runtime import Timer, device_type, torch_dtype
 from trainready.metrics.peaks import PEAKS, match_kind
 
@@ -106,8 +107,8 @@ def calibrate_peak(
     clock = Timer(device)
     deadline = time.perf_counter() + budget_s
     # The drift reference's speed at calibration, within the budget: a later run reading another
-    # speed shows how far the machine moved since this peak was measured (`probes.drift`).
-    reference = _reference_rate(device, dtype)
+    # speed shows how far the machine moved since this peak was measured (`reference`).
+    reference = reference_rate(device, dtype)
     n, ops, t_one = _grow_size(
         device, torch_dtype(dtype), sizes, target_s, repeats, deadline, clock
     )
@@ -131,12 +132,6 @@ def calibrate_peak(
         "host_fallback": fell_back,
         "reference_flops": reference,
     }
-
-
-def _reference_rate(device: str, dtype: str) -> float:
-    from trainready.probes.drift import reference_rate  # probes import this package: at call time
-
-    return reference_rate(device, dtype)
 
 
 def _host_fallbacks(device: str, dtype: torch.dtype) -> dict[str, int]:

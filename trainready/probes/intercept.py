@@ -15,7 +15,7 @@ Some ops' autograd kernel is PyTorch's boxed fallback, which redispatches past `
 Those are intercepted at the CPU's autograd key instead, in place of that fallback: a call of
 them is then never recorded (no double backward through them), which first-order training never
 needs. (Putting a key above autograd in the thread's include set instead breaks higher-order
-operators, which find no kernel for it.) `tests/test_perturb_conv.py` calls every op the CPU's
+operators, which find no kernel for it.) `tests/unit/probes/test_perturb_conv.py` calls every op the CPU's
 baseline intercepts on its own, so an op that a PyTorch version routes past the kernel is seen.
 
 The registration holds for the whole process while the block runs (a worker runs one case at a

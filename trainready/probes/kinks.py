@@ -4,18 +4,16 @@ ReLU, ReLU6 and Hardtanh decide per element which piece applies: the linear one 
 passes) or the flat one (it stops). Where an element's input sits within rounding of the kink,
 an honest run at a lower precision may decide it the other way than float64, as a top-k router
 may flip a near-tie (`probes/routing.py`) -- and one element that opens or closes its gradient
-path moves every gradient upstream of it at once. Measured on HF hgnet_v2 compiled with inductor
-on the CPU: one input of -7.9e-7 in float64 (activations of rms ~1) came out +2.6e-8, and every
-gradient upstream of that ReLU moved by ~0.5% (206x its allowance), while everything after it
-matched eager.
+path moves every gradient upstream of it at once (measured cases: docs/numerics.md, "Kinks").
 
-`near_kinks(run)` lists, for a run of the model (the float64 reference's first step), every
-element of a kink module's input within `rel_tol` of its input's rms from a kink: (module,
-call, element, value, kink). An input exactly at the kink is left out: a structural zero (an
-earlier ReLU's, padding) that every run computes alike. `flipping(kink)` takes that one decision the other way in a run:
-the flat piece's constant becomes the input itself (its gradient passes), or the linear piece's
-input becomes the constant (its gradient stops); the forward value moves by less than `rel_tol`
-of the rms. Both find the modules by the names `name_kinks` gives them, which survive the deep
+`near_kinks(rel_tol, found, limit)`, around a run of the model (the float64 reference's first
+step), appends to `found` every element of a kink module's input within `rel_tol` of its input's
+rms from a kink, as a `Kink` (module, call, element, value, kink): the nearest, at most one past
+`limit`, so the caller can tell there were more. An input exactly at the kink is left out: a
+structural zero (an earlier ReLU's, padding) that every run computes alike. `flipping(kink)`
+takes that one decision the other way in a run: the flat piece's constant becomes the input
+itself (its gradient passes), or the linear piece's input becomes the constant (its gradient
+stops); the forward value moves by less than `rel_tol` of the rms. Both find the modules by the names `name_kinks` gives them, which survive the deep
 copy a run makes of the model.
 
 Only modules are seen (`nn.ReLU`, `nn.ReLU6`, `nn.Hardtanh`: HF's ACT2FN and timm's layers

@@ -5,8 +5,8 @@ kernel, and then runs the graph (aot_eager) or generates code for it trusting th
 the device's kernel returns another layout than the meta kernel says, a traced `view` fails at run
 time ("view size is not compatible with input tensor's size and stride", the aot_eager failure of
 pytorch/pytorch#120035), and a code generator that reads memory by the traced strides reads it
-wrong. The CPU has such ops too (torch 2.13's meta `softplus_backward` returns a contiguous
-gradient where the CPU kernel follows grad_output's layout); a new backend has its own.
+wrong. The CPU has such ops too, and a new backend has its own (found so far: docs/devices.md,
+"What else a device's kernels are checked for").
 
 `LayoutCheck` is a dispatch mode: within it every op runs as it is and, where PyTorch has a meta
 kernel for it, once more on fake tensors; it records each op whose outputs' sizes or significant

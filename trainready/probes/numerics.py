@@ -1,6 +1,6 @@
 """Numerics probe: how far a device result is from a float64 CPU reference, and is that acceptable.
 
-The rule (`judge`, `judge_many`; DESIGN.md "Probes" -> numerics says why):
+The rule (`judge`, `judge_many`; docs/numerics.md says why, and what was measured):
 
     pass  iff  rmse(device, ref64) <= ALLOWANCE[dtype] * sampling(n) * noise + u(dtype) * rms(ref64)
 
@@ -195,12 +195,8 @@ UNIT_ROUNDOFF: dict[str, float] = {
     "fp16": 2.0**-11,
 }
 # How many times an honest same-dtype computation's error a result may reach. bf16/fp16: 2, not the
-# harness's 3: measured per tensor, a correct run's error is that noise within 10% (a tensor of
-# thousands of entries estimates its rms tightly), while a 2% error in a bf16 gradient whose noise
-# is 0.7% of its rms is 3.2 noises -- under 3 + a floor it would pass. fp32: 4, because what every
-# fp32 run rounds alike (a constant, an input before the first GEMM) escapes the CPU's own
-# independently rounded runs (up to 2.7x on one HF router's gradient), and an fp32 fault worth
-# finding sits tens to thousands of noises away (the catch table's smallest fp32 catch: 53).
+# harness's 3, so that a 2% error in a bf16 gradient fails; fp32: 4, because what every fp32 run
+# rounds alike escapes the CPU's own independently rounded runs (docs/numerics.md, "The rule").
 ALLOWANCE: dict[str, float] = {"fp64": 4.0, "fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 SMALL_NUMEL = 64  # fewer entries: the tensor's own noise estimate is pooled with the case's
 # An rms over n entries is a sample: two honest runs' rms errors differ by a factor whose log has
@@ -218,10 +214,9 @@ NOISE_RULES = (
 )
 # Loss curves: one relative tolerance from the largest per-step deviation of honest runs. A curve's
 # deviation is a chaotic divergence that neighbouring steps share, so its largest over 20 steps is
-# about one sample, not twenty: a correct run's lands at up to 3.7x an honest run's (49 HF types in
-# bf16 on the CPU), hence 10 -- a dropped causal mask moves a bf16 curve by 90x its noise. The
-# floor is 16 roundings of an fp32 loss (every case computes its loss in at least fp32), for
-# curves that agree to the last bit.
+# about one sample, not twenty: hence 10 (docs/numerics.md, "Loss curves"). The floor is 16
+# roundings of an fp32 loss (every case computes its loss in at least fp32), for curves that agree
+# to the last bit.
 CURVE_ALLOWANCE = 10.0
 CURVE_FLOOR = 2.0**-20
 

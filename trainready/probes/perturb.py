@@ -1,86 +1,42 @@
 """An independent computation at the same dtype: the honest second baseline of the CPU itself.
 
-Every other device is judged against the CPU at its dtype: the device may be at most a few times
-as far from float64 as the CPU is. When the device under test *is* the CPU (eager), its own run
-cannot be its baseline, and the float64 reference rounded once to the dtype is no baseline either:
-a network compounds hundreds of roundings, so one rounding understates its error by 10-300x.
-
-`IndependentRounding` runs the same computation again, at the same dtype and with the same
-rounding points, but with every rounding made independently of the plain run's (a
-TorchDispatchMode, so forward, backward and everything autograd runs are covered):
+Every other device is judged against the CPU at its dtype. When the device under test *is* the
+CPU (eager), its own run cannot be its baseline, so `IndependentRounding` runs the same
+computation again, at the same dtype and with the same rounding points, with every rounding made
+independently of the plain run's (a TorchDispatchMode, so forward, backward and everything
+autograd runs are covered; fp32 and fp64 runs without `pointwise` intercept only the ops they
+reorder, `probes/intercept.py`, with the same results bit for bit):
 
 - bf16 / fp16 (`autocast`): every op that produces a bf16/fp16 tensor (the autocast casts of the
   weights included) is recomputed in fp32 from its inputs and rounded *stochastically* to the
-  dtype: "fp32 compute rounded at the same points", with unbiased random rounding. Its rounding
-  errors are independent of the plain run's round-to-nearest errors, with twice their variance
-  when the rounded values sit uniformly within an ulp (ulp^2/6 against ulp^2/12): KAPPA2 = 2.
-  (Reordering an fp32 accumulation does not help here: rounded to bf16 it gives the plain run's
-  result bit for bit.)
-- fp32: every GEMM (mm, bmm, addmm, baddbmm), every sum and mean, every convolution and its
-  backward, batch norm's backward and group norm's forward and backward run in fp32 with their
-  reduced dimensions in a random order ("a different blocking or reduction order"), exactly: the
-  operands are permuted consistently along what the op sums over and its outputs un-permuted, so
-  in float64 the result is the plain op's up to rounding. A convolution sums over its input
-  channels within each group (permuted); its backward sums over the batch (grad_weight,
-  grad_bias) and the output channels within each group (grad_input), transposed or not; a norm
-  over the batch, the spatial positions and (group norm) the channels within each group; layer
-  norm over its normalized positions (statistics, input gradient) and its rows (weight and bias
-  gradients); a cumsum as a blocked scan and a triangular solve as block substitution, over
-  blocks of random sizes (linear attention's decay scans and UT systems); softmax, log-softmax
-  (forward and backward) and logsumexp along a permuted dimension. A
-  depthwise convolution's forward sums over its kernel only and stays in order ("passed"), and
-  so do batch norm's forward statistics, which the CPU sums in float64 (no order changes their
-  float32 bits). Every other op runs as in the plain run, on values that differ from the first
-  reordered op on, so its roundings are the same kind as the plain run's and independent of
-  them: KAPPA2 = 1. A long reduction left in order is not: its inputs differ by far less than an
-  ulp of its partial sums, so it rounds nearly the same way in every run (a sequential float32
-  sum of 4096 terms moved by a few ulps each: accumulation errors 0.99 correlated; in a random
-  order, 0.46). Before convolutions and norms were reordered, a clean ResNet's conv weight
-  gradients failed at 5.8 times their allowance, MobileNetV2's at 110, and before layer norm was,
-  HF wav2vec2's layer-norm bias gradient at 1.25 (0.59 since). Still in order: losses (their
-  log-softmax is reordered, the reduction over the batch is not), interpolation and every other
-  fused reduction. (Recomputing the other ops in float64 would drop the
-  accumulation error of fused reductions and sums: a gradient that is zero in exact arithmetic,
-  a key bias's, is nothing but that error, 3.5 times the estimate.)
+  dtype: unbiased random rounding, with twice round-to-nearest's variance (KAPPA2 = 2).
+- fp32: every GEMM (mm, bmm, addmm, baddbmm), sum and mean, convolution and its backward, batch
+  norm's backward, group norm and layer norm (forward and backward), softmax, log-softmax and
+  logsumexp run with their reduced dimensions in a random order, exactly: the operands are
+  permuted consistently along what the op sums over and its outputs un-permuted, so in float64
+  the result is the plain op's up to rounding. A cumsum runs as a blocked scan and a triangular
+  solve as block substitution, over blocks of random sizes; grid-sample coordinates move an ulp
+  at random. A depthwise convolution's forward and batch norm's forward statistics stay in order
+  ("passed"). Every other op runs as in the plain run, on values that differ from the first
+  reordered op on (KAPPA2 = 1).
 
-Measured (first step of the synthetic base model and of HF llama, ctrl, diffllama, bamba): a
-plain run's error over this estimate has a median of 1.05-1.2 per tensor, up to 1.3 on tensors of
-thousands of entries; tensors of 4 to 64 entries scatter more (up to 2-4), as any two-sample
-estimate does -- `numerics.judge` widens their allowance by the sampling spread. In fp32 what
-every fp32 run rounds the same way (a constant, an input before the first GEMM) is shared and
-missing from the estimate: up to 2.7x on HF longcat_flash's router gradient, hence fp32's wider
-allowance (numerics.ALLOWANCE). Conv nets in fp32 (first step, 64 px, batch 2): HF resnet's median
-is 1.6 (13 with convolutions and norms in order). A discrete jump in one run (a ReLU or a tiny
-batch norm flipping; not pinned down) inflates the estimate instead: in HF mobilenet_v2 the seed-1
-run jumps, and the spread on most gradients is 70x the plain run's error (0.4-0.6% of their rms),
-so a fault there must be a few % to fail.
-
-Stochastic rounding is unbiased where round-to-nearest can drift (a long bf16 recurrence, a
-running sum that stagnates): there a plain run's loss curve can stray further than the
-independent runs' (HF dory in bf16: 7.5 times their spread), which the curve's allowance of 10
-covers.
-
-The difference of two such runs (or of one and the plain run) holds rounding noise only: any
-systematic error the runs share -- a wrong constant in the model's low-precision path, a mask
-dropped below float64 -- cancels in it, while it stays in the plain run's distance from float64.
-So the noise of an honest run at the dtype is measured without trusting the model's own
-low-precision code, and a fault cannot raise the bar it is judged by.
+Two such runs disagree by sqrt(2 KAPPA2) times the plain run's rounding noise
+(`numerics.spread_noise`). Any systematic error the runs share -- a wrong constant in the model's
+low-precision path, a mask dropped below float64 -- cancels in their difference and stays in the
+plain run's distance from float64, so a fault cannot raise the bar it is judged by. Why each
+reduction is reordered, and what was measured: docs/numerics.md, "The CPU's own baseline".
 
 `IndependentRounding("fp32", pointwise=True)` also recomputes every elementwise op in float64 and
-rounds it stochastically: what a plain elementwise op rounds alike in every run (t * freq before
-a sinusoid) is then independent too, at three times the cost, so `suites/parity/suite.py` asks for it
-only when judging a failing case again.
-
-`IndependentRounding("fp64")` reorders a float64 run the same way: the reference's own rounding
-noise, which `suites/parity/suite.py` measures on a failing case's tensors (a tensor zero in exact
-arithmetic is nothing but that residue in float64).
+rounds it stochastically (three times the cost: `suites/parity/rejudge.py` asks for it only when
+judging a failing case again). `IndependentRounding("fp64")` reorders a float64 run the same way:
+the reference's own rounding noise.
 
 In bf16/fp16, ops that mutate a tensor in place without an out-of-place twin, `_foreach_*`
 optimizer ops (their fp32 roundings are negligible next to the gradients' noise) and exact data
-movement (views, copies, indexing, concatenation: no rounding) pass through unchanged; `counts`
-says how many ops were rounded independently ("gemm", "sum", "conv", "norm", "recomputed",
-"inplace") and how many rounding ops passed through ("passed"), so a run that perturbed nothing
-is known as such.
+movement (views, copies, indexing, concatenation: no rounding) pass through unchanged. `counts`
+says how many ops were rounded independently, by kind ("gemm", "sum", "conv", "norm", "softmax",
+"scan", "solve", "grid", "pointwise", "recomputed", "inplace"), and how many rounding ops passed
+through ("passed"), so a run that perturbed nothing is known as such.
 """
 
 from __future__ import annotations

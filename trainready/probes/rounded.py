@@ -3,20 +3,17 @@ the dtype shares.
 
 The independently rounded runs (`probes/perturb.py`) measure rounding noise as their spread, so
 what every run at the dtype does alike cancels out of it: a value that underflows the dtype's
-range, an output rounded the same way from the same inputs. Measured on HF jev (a gated delta
-rule): its decay's gradients (`A_log`, `dt_bias`, `in_proj_a`) sit 5.5-19% off float64 in every
-fp32 run -- plain, independently rounded, pointwise -- while their spread is 1e-7; the CPU's
-eager case failed at 1.1e5 times its bound. HF zoedepth: gradients of 1e-15 that every fp32 run
-returns as exactly 0.
+range, an output rounded the same way from the same inputs (measured cases: docs/numerics.md,
+"Judging a failure again").
 
 `RoundedOutputs` runs the model *in float64* -- the float64 code path, none of the model's
 dtype-dependent code (a fault in its low-precision path is not in this run) -- and rounds every
 op's float64 output to the dtype, range included (to 0, a subnormal or inf where the dtype's
 would be): the dtype's output roundings and range on the reference's own code. Its distance from
 the float64 reference is one sample of the error an honest computation at the dtype makes,
-shared parts included (`parity_rejudge.escalated` adds it to the noise of a case still failing).
-On jev it lands where the plain fp32 run does (plain against rounded: 8.6e-8 relative, the
-independent runs' spread), and the planted fp32-path faults stay caught (`tests/test_rounded.py`).
+shared parts included (`suites/parity/rejudge.py`, `escalated`, adds it to the noise of a case
+still failing); a fault in the model's fp32 path therefore stays caught
+(`tests/unit/probes/test_rounded.py`).
 
 fp32 only: under autocast (bf16, fp16) which ops run low is autocast's choice, and rounding every
 op would round what autocast keeps in fp32 (softmax, norms, losses): too much noise. Accumulation

@@ -26,7 +26,6 @@ import numpy as np
 
 from trainready.profile import intervals
 from trainready.profile.trace import (
-    DEVICE_KINDS,
     KIND_CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -451,42 +450,3 @@ def hardware_rows(trace: Trace) -> list[dict[str, Any]]:
                 out.append({"track": tid, "row": f"{track.title} {label}", "kind": label,
                             "events": int(sel.sum()), "busy_ns": busy})  # fmt: skip
     return out
-
-
-def summary(
-    trace: Trace, trim_last_step: bool = True, peak_flops: float | None = None
-) -> dict[str, Any]:
-    """Every analysis of one rank, as one JSON-ready dict (`peak_flops`: see opflops)."""
-    from trainready.profile.deps import Graph, dependencies, dependency_counts, step_critical_paths
-    from trainready.profile.memory import memory_summary, unrecorded_devices
-    from trainready.profile.opflops import mfu_summary
-    from trainready.profile.source import time_by_line
-
-    win = window(trace, trim_last_step)
-    edges = dependencies(trace)
-    return {
-        "path": trace.path,
-        "rank": trace.rank,
-        "device": trace.device_name(),
-        "events": len(trace),
-        # False for a CPU-only trace: the device tables below then hold nothing to read.
-        "device_activity": bool(trace.of_kind(*DEVICE_KINDS).any()),
-        # Devices the run used whose kernels the trace does not record (memory events only).
-        "unrecorded_devices": unrecorded_devices(trace),
-        "window": {
-            "trimmed_last_step": win.trimmed_last_step,
-            "rows": int(win.keep.sum()),
-        },
-        "rows": hardware_rows(trace),
-        "temporal": temporal_breakdown(trace, win),
-        "kernel_types": kernel_type_breakdown(trace, win),
-        "idle_time": idle_time_breakdown(trace, win),
-        "overlap": comm_comp_overlap(trace, win),
-        "launches": launch_stats(trace, win),
-        "steps": step_breakdown(trace),
-        "flops": mfu_summary(trace, peak=peak_flops),
-        "dependencies": dependency_counts(edges),
-        "critical_path": step_critical_paths(trace, Graph(trace, edges)),
-        "memory": memory_summary(trace),
-        "source": time_by_line(trace),
-    }

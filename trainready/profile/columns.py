@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, Raw, field
 
-from trainready.profile.trace import (
+from trainready.profile.schema import (
     _KIND_OF_CAT,
     KIND_GPU_ANNOTATION,
     KIND_KERNEL,

@@ -20,7 +20,7 @@ ops (the leaf aten ops, so a `linear` -> `addmm` or `matmul` -> `mm` chain count
 
 These are the ops torch.utils.flop_counter.FlopCounterMode counts (its registry, torch 2.13) but
 for the nested-tensor (varlen) attention forms, plus the CPU's flash attention and
-`_grouped_mm`, which it does not count. Two intended differences (tests/test_flops.py checks
+`_grouped_mm`, which it does not count. Two intended differences (tests/unit/metrics/test_flops.py checks
 the formulas against FlopCounterMode's): causal attention counts the (query, key) pairs the mask
 keeps, what a kernel that skips masked blocks does, where FlopCounterMode counts the dense
 product; and an attention backward is twice its forward (no recompute of q @ k^T, PaLM's
@@ -47,6 +47,7 @@ import numpy as np
 from trainready.metrics.flops import attention_backward_flops, attention_flops, linear_flops
 from trainready.metrics.peaks import PEAKS, match_kind
 from trainready.profile import intervals
+from trainready.profile.analysis import profiler_steps
 from trainready.profile.trace import DEVICE_KINDS, KIND_CPU_OP, KIND_RUNTIME, Trace
 
 _DTYPES = {
@@ -451,8 +452,6 @@ def op_table(trace: Trace, peak: float | None = None) -> list[dict[str, Any]]:
 def mfu_summary(trace: Trace, top: int = 10, peak: float | None = None) -> dict[str, Any]:
     """Counted FLOPs and time in total, per profiler step, and the ops (by name, shapes and
     dtype) that took the most time, with achieved TFLOP/s and MFU."""
-    from trainready.profile.analysis import profiler_steps
-
     table = op_table(trace, peak)
     groups: dict[tuple, dict[str, Any]] = {}
     for row in table:

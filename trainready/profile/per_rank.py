@@ -1,7 +1,7 @@
 """The summaries of a trace file or a directory of per-rank traces, the files side by side.
 
 Each file is loaded (through the parsed-column cache, `cache.load_cached`) and summarised
-(`analysis.summary`) on its own: in a forked child per file, up to one per usable core, when
+(`summary.summary`) on its own: in a forked child per file, up to one per usable core, when
 there are several files and cores, else one after another here. A child sends back only its
 summary, a JSON-ready dict of kilobytes where the trace's columns are megabytes, and no trace
 outlives its summary, so memory holds one trace per process rather than every rank at once.
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainready.profile.analysis import summary
 from trainready.profile.cache import load_cached
+from trainready.profile.summary import summary
 from trainready.profile.trace import TraceError, settled_ranks, trace_files
 
 

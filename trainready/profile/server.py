@@ -53,7 +53,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import msgspec
 import numpy as np
 
-from trainready.core.lock import try_lock
+from trainready.core.flock import try_lock
 from trainready.profile.cache import TraceCache, default_dir
 from trainready.profile.trace import MiB, Trace, TraceError, load_trace
 from trainready.profile.viewport import (

@@ -74,14 +74,14 @@ def quick_main(argv: list[str]) -> int | None:
     trace, kwargs = parsed
     try:
         run(trace, **kwargs)
-    except Exception as e:  # noqa: BLE001 - sorted below as clikit.guard sorts them
+    except Exception as e:  # noqa: BLE001 - sorted below as cli.common.guard sorts them
         return _error_code(e)
     return 0
 
 
 def _error_code(error: Exception) -> int:
-    """clikit.guard's one line for a user-input error (2) or an OSError (1); anything else is
-    raised as it would be there. clikit (rich, Typer) loads only here, on the error path."""
+    """cli.common.guard's one line for a user-input error (2) or an OSError (1); anything else is
+    raised as it would be there. cli.common (rich, Typer) loads only here, on the error path."""
     from trainready.core.config import ConfigError
 
     if not isinstance(error, (ConfigError, OSError)):

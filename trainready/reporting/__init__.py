@@ -42,7 +42,7 @@ def render(
     """One report of `run_ids` (primary first, compared with the rest) in format `fmt`;
     `verdict_config`: a TOML file of readiness thresholds (default: the built-in ones)."""
     from trainready.core.config import check_choice
-    from trainready.reporting.model import build_report
+    from trainready.reporting.build import build_report
 
     check_choice("report format", fmt, FORMATS)
     return _renderers()[fmt](build_report(store, run_ids, verdict_config))
@@ -57,7 +57,7 @@ def write_reports(
 ) -> dict[str, Path]:
     """Write each format to `out_dir` (report.md, report.json, ...) and return the paths."""
     from trainready.core.config import check_choice
-    from trainready.reporting.model import build_report
+    from trainready.reporting.build import build_report
 
     formats = [check_choice("report format", f, FORMATS) for f in formats]
     # Read the store once, whatever the number of formats.

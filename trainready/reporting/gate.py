@@ -21,8 +21,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from trainready.core.store import Store
+from trainready.reporting.build import build_report
 from trainready.reporting.fmt import plural
-from trainready.reporting.model import Comparison, RatioSummary, build_report
+from trainready.reporting.model import Comparison, RatioSummary
 
 
 @dataclass

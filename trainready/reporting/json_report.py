@@ -1,13 +1,14 @@
 """The scorecard as one JSON document: runs, every result, summaries and comparisons.
 
-Strict JSON (no NaN/Infinity, which many parsers reject): non-finite numbers become null.
+Strict JSON (no NaN/Infinity, which many parsers reject): non-finite numbers become null. A record
+(a dataclass, such as a headline's value) becomes an object of its fields, in their order.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from trainready.core.case import Result
@@ -91,6 +92,8 @@ def _comparison(c: Comparison) -> dict[str, Any]:
 
 
 def _strict(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):  # a record (a headline's value)
+        return _strict(asdict(value))
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -1,6 +1,8 @@
 """The one view model every renderer reads: runs, their results, summaries, causes, comparisons.
 
 Nothing here formats text; renderers decide how things look, this module decides what they are.
+Nothing here reads a store's runs into a report either: that is `build.build_report`, above the
+suites' sections (which name the metrics `compare` compares).
 """
 
 from __future__ import annotations
@@ -8,19 +10,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from trainready.core.case import FAILING, STATUSES, Case, Result
-from trainready.core.config import ConfigError
-from trainready.core.store import RunRecord, Store
+from trainready.core.store import RunRecord
 from trainready.probes.compile import FIRST_COMPILE_KEY
-
-if TYPE_CHECKING:
-    from trainready.reporting.verdict import Rules
+from trainready.reporting.rules import Rules
 
 # Pseudo-status for cases a run planned but never finished: counted and shown, never hidden.
 NOT_RUN = "not_run"
@@ -28,25 +25,6 @@ NOT_RUN = "not_run"
 # Where suites put the human-readable why of a non-pass result, most specific first.
 REASON_KEYS = ("error", "reason", "message")
 REASON_MAX_CHARS = 200
-
-# Metrics worth a column and a cross-run delta, per suite. Suites without an entry get the first
-# few metrics their results carry.
-DEFAULT_KEY_METRICS = 4
-
-
-# A report is made to be shared: values under keys like these never reach it, whatever the
-# environment snapshot captured.
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "CREDENTIAL")
-REDACTED = "(redacted)"
-
-
-def redacted(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-    return {
-        k: REDACTED if any(m in str(k).upper() for m in SECRET_MARKERS) else redacted(v)
-        for k, v in value.items()
-    }
 
 
 def compile_note(result: Result | None) -> str:
@@ -74,16 +52,6 @@ def reason(result: Result) -> str:
 
 def finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def key_metrics(suite: str, results: Iterable[Result]) -> tuple[str, ...]:
-    """A suite's section module names its key metrics; otherwise the first few it recorded."""
-    from trainready.reporting.sections import KEY_METRICS  # sections import this module
-
-    if suite in KEY_METRICS:
-        return KEY_METRICS[suite]
-    seen = dict.fromkeys(m for r in results for m in r.metrics)
-    return tuple(seen)[:DEFAULT_KEY_METRICS]
 
 
 @dataclass
@@ -328,26 +296,17 @@ def build_run(
     return RunView(record, results, label, per_suite, total, causes, not_run)
 
 
-def _labels(records: list[RunRecord]) -> list[str]:
-    def name(rec: RunRecord) -> str:
-        device = rec.env.get("device")
-        given = device.get("name") if isinstance(device, dict) else None
-        return str(given or rec.device)
-
-    names = [name(r) for r in records]
-    # Two runs on one device (two versions, two days) need the run id to tell them apart.
-    return [
-        n if names.count(n) == 1 else f"{n} ({r.run_id})"
-        for n, r in zip(names, records, strict=True)
-    ]
-
-
 def _planned_ids(run: RunView) -> dict[str, str]:
     """Case id -> suite of every case the run set out to do (with a result or not)."""
     return {r.case_id: r.case.suite for r in run.results} | {c.id: c.suite for c in run.not_run}
 
 
-def compare(primary: RunView, reference: RunView) -> Comparison:
+def compare(
+    primary: RunView,
+    reference: RunView,
+    key_metrics: Callable[[str, list[Result]], tuple[str, ...]],
+) -> Comparison:
+    """`key_metrics(suite, results)`: the metrics whose deltas are compared (`sections.key_metrics`)."""
     metrics = {
         s: key_metrics(s, primary.in_suite(s) + reference.in_suite(s))
         for s in {**primary.suites, **reference.suites}
@@ -375,22 +334,3 @@ def compare(primary: RunView, reference: RunView) -> Comparison:
     return Comparison(
         primary, reference, changes, deltas, len(shared), dict(only_primary), dict(only_reference)
     )
-
-
-def build_report(
-    store: Store, run_ids: list[str], verdict_config: str | Path | None = None
-) -> Report:
-    """The primary run first, then the runs it is compared against; `verdict_config`: a TOML file
-    of readiness thresholds in place of the built-in ones (trainready/reporting/verdict.toml)."""
-    from trainready.reporting.verdict import load_rules  # verdict reads this module's views
-
-    if not run_ids:
-        raise ConfigError("no run to report on; give at least one run id")
-    rules = load_rules(verdict_config)
-    records = [store.get_run(rid) for rid in run_ids]
-    records = [replace(r, env=redacted(r.env), config=redacted(r.config)) for r in records]
-    runs = [
-        build_run(rec, store.results(rec.run_id), label, store.planned(rec.run_id))
-        for rec, label in zip(records, _labels(records), strict=True)
-    ]
-    return Report(runs, [compare(runs[0], ref) for ref in runs[1:]], rules)

@@ -11,7 +11,7 @@ from rich.text import Text as RichText
 from trainready.core.store import Store
 from trainready.reporting import document, fmt
 from trainready.reporting.blocks import Block, Chart, Section, Stats, Table, Text
-from trainready.reporting.model import build_report
+from trainready.reporting.build import build_report
 
 # A terminal is for the gist; drill-downs longer than this point at the files.
 MAX_ROWS = 20

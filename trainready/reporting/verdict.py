@@ -19,97 +19,23 @@ The overall line: `not ready` if any dimension is, `ready` only if every one is,
 from __future__ import annotations
 
 import statistics
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from trainready.core.case import Case, Result
-from trainready.core.config import ConfigError
 from trainready.reporting import fmt
 from trainready.reporting.model import NOT_RUN, RunView, finite, reason
+from trainready.reporting.rules import Rules, load_rules
+from trainready.reporting.sections import dist as dist_section
+from trainready.reporting.sections import host as host_section
 from trainready.reporting.sections import matmul as matmul_section
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 READY, PARTIAL, NOT_READY, NOT_TESTED = "ready", "partial", "not ready", "not tested"
 LEVELS = (READY, PARTIAL, NOT_READY, NOT_TESTED)
-DEFAULT_CONFIG = Path(__file__).with_name("verdict.toml")
-BUILT_IN = "built-in thresholds"
 REASON_CHARS = 120  # a failing case's own reason, quoted in a verdict line, is cut here
 NAMED_OPS = 4
-
-
-# --- thresholds -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Rules:
-    """The thresholds of every dimension, and where they came from (a file, or built in)."""
-
-    values: dict[str, dict[str, Any]]
-    source: str = BUILT_IN
-
-    def __getitem__(self, dimension: str) -> dict[str, Any]:
-        return self.values[dimension]
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"verdict config {path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"verdict config {path}: a directory, not a TOML file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"verdict config {path}: not valid TOML ({e})") from None
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check(path: Path, dimension: str, key: str, value: object, default: object) -> None:
-    where = f"verdict config {path}: [{dimension}] {key}"
-    if _number(default):
-        if not _number(value) or value < 0:
-            raise ConfigError(f"{where} must be a number >= 0, got {value!r}")
-    elif isinstance(default, list) and (
-        not value or not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-    ):
-        raise ConfigError(f"{where} must be a non-empty list of metric names, got {value!r}")
-
-
-def load_rules(path: str | Path | None = None) -> Rules:
-    """The built-in thresholds, with those a team's TOML file at `path` gives in their place.
-    An unknown table or key, a value of the wrong type, a file that is missing or not TOML is a
-    ConfigError naming it (and the valid choices)."""
-    defaults = _read(DEFAULT_CONFIG)
-    if path is None:
-        return Rules(defaults)
-    path = Path(path)
-    merged = {dim: dict(table) for dim, table in defaults.items()}
-    for dim, table in _read(path).items():
-        if dim not in defaults:
-            valid = ", ".join(defaults)
-            raise ConfigError(f"verdict config {path}: unknown dimension [{dim}]; valid: {valid}")
-        if not isinstance(table, dict):
-            raise ConfigError(f"verdict config {path}: {dim} must be a table, [{dim}]")
-        for key, value in table.items():
-            if key not in defaults[dim]:
-                valid = ", ".join(defaults[dim])
-                raise ConfigError(
-                    f"verdict config {path}: unknown key {key!r} in [{dim}]; valid: {valid}"
-                )
-            _check(path, dim, key, value, defaults[dim][key])
-            merged[dim][key] = value
-    return Rules(merged, str(path))
 
 
 # --- the verdict --------------------------------------------------------------------------------
@@ -334,14 +260,14 @@ FALLBACK_SUITES = ("parity", "matmul", "train")
 
 
 def host_fallbacks(run: RunView, rules: dict[str, Any]) -> _Finding:
-    from trainready.reporting.sections import host
-
     present = [s for s in FALLBACK_SUITES if s in run.suites]
     if not present:
         return _Finding(NOT_TESTED, "none of parity, matmul, train (which record them) was run")
     results = [r for s in present for r in run.in_suite(s)]
-    record = host.collect(results, lambda r: r.case.id)
-    where = next((s for s in present if host.collect(run.in_suite(s), str).cases), present[0])
+    record = host_section.collect(results, lambda r: r.case.id)
+    where = next(
+        (s for s in present if host_section.collect(run.in_suite(s), str).cases), present[0]
+    )
     if record.on_cpu and not record.measured:
         return _Finding(READY, "the device is the CPU: nothing to fall back from", where)
     if not record.measured:
@@ -398,6 +324,10 @@ def compile_(run: RunView, rules: dict[str, Any]) -> _Finding:
         f"{len(broken)} of {len(with_record)}"
     )
     return _Finding(READY, text, "parity")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _breaks(r: Result) -> int:
@@ -513,8 +443,10 @@ def throughput(run: RunView, rules: dict[str, Any]) -> _Finding:
                 f"median matmul MFU {fmt.percent(v)} at M={top}, the largest M measured, over "
                 f"{fmt.plural(len(mfus), 'passing case')}"
             )
-            why = matmul_section.mfu_at_m(at_top, matmul_section.run_drift(run.in_suite("matmul")))
-            judged.append(_unless_inconclusive(level, text, "matmul", why["why"]))
+            headline = matmul_section.mfu_at_m(
+                at_top, matmul_section.run_drift(run.in_suite("matmul"))
+            )
+            judged.append(_unless_inconclusive(level, text, "matmul", headline.why))
     if not judged:
         return _Finding(
             NOT_TESTED,
@@ -551,12 +483,10 @@ def attention(run: RunView, rules: dict[str, Any]) -> _Finding:
 
 
 def distributed(run: RunView, rules: dict[str, Any]) -> _Finding:
-    from trainready.reporting.sections import dist
-
     entries = _entries(run, "dist")
     if found := _absent(run, "dist", entries):
         return found
-    rows = [row for row in dist.api_rows(run) if row[3] != "skipped"]
+    rows = [row for row in dist_section.api_rows(run) if row[3] != "skipped"]
     if not rows:
         return _Finding(NOT_TESTED, "every torch.distributed API was skipped", "dist")
     working = [row for row in rows if row[3] == "pass"]

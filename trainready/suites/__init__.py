@@ -1,23 +1,10 @@
-"""Suites: one module per capability. Each defines
-
-    NAME: str
-    DEFAULT_DTYPE: str | None
-    DEFAULT_BUDGET_S: float
-    def cases(cfg: RunConfig) -> list[Case]
-    def execute(case: Case, ctx: CaseContext) -> Outcome
-
-and nothing else is required of it. Optional: USES_PEAK = False for a suite that reports no MFU
-(the run then skips resolving the device's peak FLOP/s for it, a calibration of seconds on devices
-outside the peak table). Optional: KIND = "correctness" for a suite whose cases judge behaviour
-and never time anything that needs the machine quiet: its cases may run side by side on parallel
-workers (`--jobs`), each on its share of the CPU cores. Every other suite (KIND "timing", the
-default, as for a suite that times kernels or starts processes on every core) runs each case with
-the machine to itself. Optional for a timing suite: CPU_CORES = N, the cores its case needs on a
-CPU run, where its timed work then runs on N threads (flex: one, its compile being single-threaded):
-there correctness cases may run on the other cores beside it (core/schedule.py); on any other
-device it runs alone. The runner imports a suite by name in each worker, before the worker
-takes its first case. A built-in suite that reads a run-level flag (`--nproc`, `--variants`...)
-is listed for it in FLAG_USERS below.
+"""Suites: one package per capability, its module `trainready.suites.<name>.suite` keeping the
+`Suite` contract (trainready/core/suite.py: NAME, DEFAULT_DTYPE, DEFAULT_BUDGET_S, cases(cfg),
+execute(case, ctx); optional USES_PEAK, KIND, CPU_CORES). `load_suite` imports a suite by name
+(or any module by dotted path: tests plug in their own) and checks the contract once, refusing a
+module that breaks it with one line naming the part. The runner imports a suite by name in each
+worker, before the worker takes its first case. A built-in suite that reads a run-level flag
+(`--nproc`, `--variants`...) is listed for it in FLAG_USERS below.
 """
 
 from __future__ import annotations
@@ -27,6 +14,7 @@ import importlib.util
 from types import ModuleType
 
 from trainready.core.config import ConfigError
+from trainready.core.suite import KINDS, check_suite, suite_cpu_cores, suite_kind
 
 # Built-in suites, in the order `run all` uses (fast, informative suites first). A suite whose
 # module is not in this build yet is left out of `all` and of the valid choices.
@@ -52,27 +40,30 @@ FLAG_USERS: dict[str, tuple[str, ...]] = {
 }
 
 
-KINDS = ("correctness", "timing")
+__all__ = [
+    "FLAG_USERS",
+    "KINDS",
+    "SUITES",
+    "cpu_cores",
+    "expand",
+    "ignored_flags",
+    "load_suite",
+    "runs_alone",
+]
 
 
 def cpu_cores(module: ModuleType, device: str) -> int | None:
-    """The cores a timing suite's case needs on `device` (CPU_CORES above, on a CPU run); None:
+    """The cores a timing suite's case needs on `device` (its CPU_CORES, on a CPU run); None:
     the whole machine (every other device, and a suite without CPU_CORES)."""
-    cores = getattr(module, "CPU_CORES", None)
-    if cores is None or device.split(":", 1)[0] != "cpu":
+    if device.split(":", 1)[0] != "cpu":
         return None
-    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
-        raise ConfigError(f"suite {module.__name__}: CPU_CORES {cores!r}; valid: an int >= 1")
-    return cores
+    return suite_cpu_cores(module)
 
 
 def runs_alone(module: ModuleType) -> bool:
-    """Whether the suite's cases need the machine to themselves (KIND above; "timing" unless the
+    """Whether the suite's cases need the machine to themselves (its KIND: "timing" unless the
     suite says "correctness")."""
-    kind = getattr(module, "KIND", "timing")
-    if kind not in KINDS:
-        raise ConfigError(f"suite {module.__name__}: KIND {kind!r}; valid: {', '.join(KINDS)}")
-    return kind != "correctness"
+    return suite_kind(module) != "correctness"
 
 
 def ignored_flags(suites: list[str], flags: list[str]) -> list[str]:
@@ -95,13 +86,15 @@ def expand(names: list[str]) -> list[str]:
 
 
 def load_suite(name: str) -> ModuleType:
-    """A built-in suite by name, or any module by dotted path (tests plug in their own suites)."""
+    """A built-in suite by name, or any module by dotted path (tests plug in their own suites),
+    checked against the `Suite` contract (`core.suite.check_suite`)."""
     path = SUITES.get(name)
     if path is None and "." in name:
         path = name
     if path is None:
         raise ConfigError(f"unknown suite {name!r}; valid: {', '.join(SUITES)}")
     try:
-        return importlib.import_module(path)
+        module = importlib.import_module(path)
     except ImportError as e:
         raise ConfigError(f"cannot import suite {name!r}: {e}") from None
+    return check_suite(module)

@@ -1,7 +1,7 @@
 """Planted faults in the dist suite's reductions, to put its numerics rule under test.
 
 The dist suite judges what the ranks compute against float64, its noise the same computation in
-one process at the same dtype (DESIGN.md "The dist suite"). Where that rule decides -- `avg` on a
+one process at the same dtype (docs/suites/dist.md). Where that rule decides -- `avg` on a
 world that is not a power of two, DDP and FSDP2 training -- a wrong reduction must fail and a
 correct one done another way must pass. Each fault here patches the rank side of one case for the
 duration of that case (the ranks outlive it), in the place a real bug would sit:

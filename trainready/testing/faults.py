@@ -55,7 +55,7 @@ must not fail it for that.
   additions happen in another order (as a tree reduction on a device would).
 
 Where the model has many ReLU decisions within rounding of the kink, another order flips some of
-them, and the rule then pools independently rounded runs (`parity_rejudge.pooled`): the GEMM,
+them, and the rule then pools independently rounded runs (`suites.parity.rejudge.pooled`): the GEMM,
 optimizer and mask faults, both orders and three model faults also run on such a model
 (`kink_branch.FACTORY`, the base model with a branch of 16 such decisions, three of which the
 split-K order flips), to show that this pooling passes the one and still catches the others.

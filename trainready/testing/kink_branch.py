@@ -5,7 +5,7 @@ small for the numerics rule's tests and catch table.
 `NearKinkBranch(width, seed)` is a ReLU over p = a @ b (4 x N) followed by a linear map to
 `width` outputs, to be added to a model's logits. One entry of each of b's N columns cancels a
 row of a to within a few ulps, so p holds N decisions within rounding of the kink (more than
-`parity_rejudge.MAX_KINKS`, which it then does not try one by one) and O(1) entries elsewhere.
+`suites.parity.rejudge.MAX_KINKS`, which it then does not try one by one) and O(1) entries elsewhere.
 The cancelling entries are chosen so that the plain fp32 product (`torch.mm` on the CPU) takes
 every one of those decisions as float64 does, while `split_k` -- the same product summed as two
 halves of K, the split-K schedule of GPU GEMMs -- takes FLIPPED of them the other way. An honest
@@ -17,7 +17,7 @@ every other tensor move by rounding alone.
 `synthetic_with_near_kinks(seed)` (FACTORY) is the synthetic base decoder with such a branch
 added to its logits: a parity model factory, on which the catch table plants its faults too
 (`testing/faults.py`), so that a fault is judged where the rule pools the honest runs because of
-near-kink decisions (`parity_rejudge.pooled`).
+near-kink decisions (`suites.parity.rejudge.pooled`).
 """
 
 from __future__ import annotations

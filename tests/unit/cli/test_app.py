@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import paths
 from tests.support.clirun import cli
-from trainready.cli.app import unused_flag_warnings
+from trainready.cli.commands.run import unused_flag_warnings
 from trainready.core.config import DTYPES
 from trainready.core.plan import shard_of
 from trainready.metrics.peaks import KINDS

@@ -1,8 +1,6 @@
-import ast
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -486,20 +484,3 @@ def test_intel_driver_from_the_device_properties(monkeypatch):
 )
 def test_no_driver_version_elsewhere_says_why(device, why):
     assert dev.vendor_stack(device) == {"vendor": None, "driver": {"version": None, "why": why}}
-
-
-def test_the_device_package_never_imports_core():
-    """The device layer sits below core/: a measured peak reaches the store through its caller.
-    core.config (errors and dtype names, importing nothing of trainready) is every layer's base."""
-    package = Path(dev.__file__).parent
-    for path in package.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            assert not any(
-                n.startswith("trainready.core") and n != "trainready.core.config" for n in names
-            ), path.name

@@ -120,15 +120,14 @@ def test_drift_is_fastest_over_slowest_reading_and_widens_both_ways():
 
 
 def test_the_drift_reference_reads_a_speed_and_the_calibration_keeps_one(monkeypatch):
-    from trainready.device import peak
-    from trainready.probes.drift import reference_rate, workload
+    from trainready.device import peak, reference_rate, reference_workload
 
     torch.manual_seed(3)
     first = torch.rand(1)
     torch.manual_seed(3)
     assert reference_rate("cpu", "fp32") > 0
     assert torch.rand(1) == first  # it draws from its own generator: a case's seeds stay put
-    assert workload("cpu", "bf16") == "512³ bf16 matmul"
+    assert reference_workload("cpu", "bf16") == "512³ bf16 matmul"
     # A measured peak keeps a reading taken with its calibration, in the cache and the record.
     small = peak.calibrate_peak
     monkeypatch.setattr(peak, "calibrate_peak", lambda d, t: small(d, t, max_n=128, budget_s=0.5))

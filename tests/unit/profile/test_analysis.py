@@ -18,6 +18,7 @@ import pytest
 from tests.support.profile_traces import annotation, document, kernel, launch, runtime, write
 from trainready.profile import analysis as A
 from trainready.profile import intervals
+from trainready.profile.summary import summary
 from trainready.profile.trace import load_trace
 
 US = 1000
@@ -111,7 +112,7 @@ def test_hardware_rows(trace):
 def test_summary_is_json_ready(trace):
     import json
 
-    s = A.summary(trace)
+    s = summary(trace)
     assert json.loads(json.dumps(s))["temporal"]["span_ns"] == 220 * US
 
 

@@ -15,7 +15,7 @@ from tests.support import paths
 from tests.support.profile_traces import annotation, document, write
 from trainready.core.concurrency import usable_cores
 from trainready.profile import per_rank
-from trainready.profile.analysis import summary
+from trainready.profile.summary import summary
 from trainready.profile.trace import TraceError, load
 
 REPO = paths.ROOT

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import paths
-from trainready.profile import analysis
+from trainready.profile import summary as rank_summary
 from trainready.profile.trace import Trace, TraceError, load_trace
 from trainready.profile.viewport import Viewport, summary
 
@@ -134,7 +134,7 @@ def _valid(trace: Trace) -> None:
         assert trace.track.min() >= 0 and trace.track.max() < len(trace.tracks)
         assert trace.name.max() < len(trace.strings)
         trace.event(n - 1)  # every kept value decodes for display
-    analysis.summary(trace)  # every analysis runs on whatever the loader accepts
+    rank_summary.summary(trace)  # every analysis runs on whatever the loader accepts
     view = Viewport(trace)  # and the explorer's index, its first view and its summary
     view.window(0, max(1, int(view.meta()["duration_ns"])), 200)
     summary(view)

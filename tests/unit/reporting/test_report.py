@@ -380,10 +380,10 @@ def test_matmul_mfu_headline_is_per_m_with_its_spread_or_inconclusive():
         return r
 
     e = mfu_at_m([timed(0.2, 0.1), timed(0.4, 0.1), timed(0.3, 0.2)])
-    assert e["value"] == 0.3 and e["range"] == [0.2, 0.4] and e["cases"] == 3 and not e["why"]
+    assert e.value == 0.3 and e.range == [0.2, 0.4] and e.cases == 3 and not e.why
     # The median of each case's MFU at the ends of its repeats' IQR (a 10% spread: +-5%).
-    assert e["interval"] == pytest.approx([0.3 / 1.1, 0.3 / 0.9])
+    assert e.interval == pytest.approx([0.3 / 1.1, 0.3 / 0.9])
     noisy = mfu_at_m([timed(0.3, 0.5), timed(0.3, 0.4)])
-    assert noisy["why"].startswith("timed repeats (median over the cases) spread 45%")
+    assert noisy.why.startswith("timed repeats (median over the cases) spread 45%")
     too_high = mfu_at_m([timed(1.3, 0.01), timed(0.3, 0.01)])
-    assert too_high["why"].startswith("1 case above 100% MFU: the measured peak is too low")
+    assert too_high.why.startswith("1 case above 100% MFU: the measured peak is too low")

@@ -150,6 +150,26 @@ def test_numerics_fails_without_parity_when_a_single_op_is_wrong():
     assert _line(run, "numerics").status == NOT_READY  # 1 of 2: found wrong, so tested
 
 
+def test_numerics_counts_only_cases_that_reached_a_numerics_check():
+    """A case that crashed, failed to run or was unsupported never compared a number: it is in
+    no count, and a run of only such cases did not test numerics -- never ready."""
+    never = [
+        _parity("crash", "eager", "crashed"),
+        _parity("run", "eager", "fail_run"),
+        _parity("unsup", "compile", "unsupported"),
+    ]
+    clean = _parity_run(["pass"] * 10, [])
+    line = _line(_run(clean + never), "numerics")
+    assert (line.status, line.reason) == (READY, "none of 10 cases with a numerics check is wrong")
+    # 1 wrong of 20 checked is 5% (partial); counted over 23 it would read 4.3%
+    one = _parity_run(["pass"] * 19 + ["fail_numerics"], []) + never
+    line = _line(_run(one), "numerics")
+    assert line.status == PARTIAL
+    assert line.reason.startswith("1 of 20 cases with a numerics check wrong (5.0%)")
+    line = _line(_run(never), "numerics")
+    assert (line.status, line.reason) == (NOT_TESTED, "no case reached a numerics check")
+
+
 # --- host fallbacks -------------------------------------------------------------------------------
 
 

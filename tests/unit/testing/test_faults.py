@@ -304,11 +304,18 @@ def test_a_model_fault_acts_only_where_it_is_planted():
 
     from trainready.models import blocks
 
-    q = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+    original = blocks.attend
+    q = torch.randn(1, 2, 4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    right64, right32 = original(q, q, q), original(q.float(), q.float(), q.float())
+    faults.reset_hits()
     with faults.planted("causal_mask_dropped", "lowp"):
-        assert torch.equal(blocks.attend(q, q, q), blocks.attend(q, q, q))  # float64: intact
-        changed = blocks.attend(q.float(), q.float(), q.float()).double()
-    assert not torch.allclose(changed, blocks.attend(q, q, q), atol=1e-4)
-    assert blocks.attend.__name__ == "attend"  # and unplanted again
+        assert blocks.attend is not original  # planted: the wrapper runs
+        assert torch.equal(blocks.attend(q, q, q), right64)  # float64: the original's result
+        assert faults.hits("causal_mask_dropped") == {}  # ... and the fault never acted
+        changed = blocks.attend(q.float(), q.float(), q.float())
+        assert faults.hits("causal_mask_dropped") == {"attention": 1}
+    assert not torch.allclose(changed, right32, atol=1e-4)  # below float64: the mask is gone
+    assert blocks.attend is original  # unplanted again: the original object, not a look-alike
+    assert torch.equal(blocks.attend(q.float(), q.float(), q.float()), right32)
     with pytest.raises(ValueError, match="unknown where 'gpu'"):
         faults.planted("causal_mask_dropped", "gpu")

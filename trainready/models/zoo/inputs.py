@@ -7,7 +7,7 @@ the first the model runs with is kept: audio features either way round; a multim
 with as many placeholder tokens as its vision tower yields features (with each image's size,
 or as a list of images; a video LM's frames with video placeholders; a Q-Former's text prompt
 beside them), else pixels beside the text, else its text alone. A model in the image-text table
-with no visual feature method (a text-only LM, or one a `task_fixes` INPUTS entry lays out) gets
+with no visual feature method (a text-only LM, or one a `fixes` INPUTS entry lays out) gets
 its pixels beside the text from the first layout.
 
     inputs(model, config, task, seed, layout) -> {name: CPU tensor}, floating ones float32

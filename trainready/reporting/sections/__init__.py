@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from trainready.core.case import Result
 from trainready.reporting.blocks import Block, Section, Stat
 from trainready.reporting.model import Report, RunView
 from trainready.reporting.sections import generic
+
+# Metrics worth a column and a cross-run delta, per suite. Suites without an entry get the first
+# few metrics their results carry.
+DEFAULT_KEY_METRICS = 4
 
 SECTIONS: dict[str, Callable[[Report, str], list[Block]]] = {}
 HEADLINES: dict[str, Callable[[RunView], list[Stat]]] = {}
@@ -37,12 +42,21 @@ for _info in pkgutil.iter_modules(__path__):
             METRIC_GOALS[_module.SUITE] = dict(_module.METRIC_GOALS)
 
 
+def key_metrics(suite: str, results: Iterable[Result]) -> tuple[str, ...]:
+    """A suite's section module names its key metrics; otherwise the first few it recorded."""
+    if suite in KEY_METRICS:
+        return KEY_METRICS[suite]
+    seen = dict.fromkeys(m for r in results for m in r.metrics)
+    return tuple(seen)[:DEFAULT_KEY_METRICS]
+
+
 def suite_section(report: Report, suite: str) -> Section:
     extra = SECTIONS.get(suite)
+    metrics = key_metrics(suite, [r for run in report.runs for r in run.in_suite(suite)])
     blocks = [
         generic.counts(report, suite),
         *(extra(report, suite) if extra else []),
-        *generic.drill_down(report, suite),
+        *generic.drill_down(report, suite, metrics),
     ]
     return Section(f"Suite: {suite}", blocks, f"suite-{suite}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainready.reporting import fmt
 from trainready.reporting.blocks import STATUS, Block, Column, Table, Text, num
-from trainready.reporting.model import NOT_RUN, NOT_RUN_REASON, Report, key_metrics, reason
+from trainready.reporting.model import NOT_RUN, NOT_RUN_REASON, Report, reason
 
 
 def counts(report: Report, suite: str) -> Text:
@@ -26,9 +26,9 @@ def counts(report: Report, suite: str) -> Text:
     return Text("\n".join(lines))
 
 
-def drill_down(report: Report, suite: str) -> list[Block]:
-    results = [r for run in report.runs for r in run.in_suite(suite)]
-    metrics = key_metrics(suite, results)
+def drill_down(report: Report, suite: str, metrics: tuple[str, ...]) -> list[Block]:
+    """Every case of `suite`, with its `metrics` (the suite's key metrics), per run and side by
+    side."""
     run_col = [Column("run")] if report.multi else []
     columns = [
         *run_col,

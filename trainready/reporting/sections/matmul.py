@@ -9,6 +9,7 @@ read, `run_drift`), or read "inconclusive" when the machine moved too far.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from trainready.core.case import Result
 from trainready.metrics.stats import drift, drift_why, spread_why, widen
@@ -58,12 +59,34 @@ def peak_label(results: list[Result]) -> str:
     return "; ".join(sorted(str(label) for label in labels if label))
 
 
-def run_drift(results: list[Result]) -> dict:
+@dataclass(frozen=True)
+class RunDrift:
+    """How far the machine's speed moved over a run's matmul cases, from their drift reference."""
+
+    workload: str  # the drift reference's workload ("" when no case recorded one)
+    readings: list[float]  # this run's readings, FLOP/s
+    calibration: float | None  # the reading at the peak's calibration, FLOP/s
+    moved: float | None  # `stats.drift` over all of them; None when fewer than two
+
+
+@dataclass(frozen=True)
+class MfuAtM:
+    """The MFU headline of the passing cases at one M: median, intervals, drift, range and why."""
+
+    value: float  # the cases' median MFU
+    noise_interval: list[float]  # how far timing noise moves the median
+    interval: list[float]  # noise_interval widened each way by the drift
+    drift: float | None  # how far the machine's speed moved (`RunDrift.moved`)
+    range: list[float]  # the cases' lowest and highest MFU
+    cases: int
+    spread: float  # the cases' median timing spread
+    why: str  # why the headline is inconclusive ("" when it is not)
+
+
+def run_drift(results: list[Result]) -> RunDrift:
     """How far the machine's speed moved while the run timed its matmul cases, from the drift
     reference every case read just before and after its timed loop, and (a measured peak) the
-    reading taken with the peak's calibration, which every MFU is a share of: {"workload",
-    "readings" (this run's, FLOP/s), "calibration" (FLOP/s or None), "moved" (`stats.drift`
-    over all of them; None when fewer than two)}."""
+    reading taken with the peak's calibration, which every MFU is a share of."""
     refs = [
         r.diagnostics["drift_reference"] for r in results if r.diagnostics.get("drift_reference")
     ]
@@ -71,38 +94,36 @@ def run_drift(results: list[Result]) -> dict:
     calibration = next(
         (ref["calibration_flops"] for ref in refs if ref.get("calibration_flops")), None
     )
-    return {
-        "workload": refs[0].get("workload", "") if refs else "",
-        "readings": readings,
-        "calibration": calibration,
-        "moved": drift(readings + ([calibration] if calibration else [])),
-    }
-
-
-def drift_text(d: dict) -> str:
-    """The drift reference as a note reads it: its workload, its range and the move."""
-    if not d["readings"]:
-        return "machine drift unknown (no drift reference recorded)"
-    lo, hi = min(d["readings"]), max(d["readings"])
-    text = f"drift reference {d['workload']}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
-    if d["calibration"]:
-        text += f", {_gflops(d['calibration'])} at the peak's calibration"
-    if d["moved"] is None:
-        return text + "; drift unknown (one reading)"
-    return f"{text}: moved {fmt.percent(d['moved'])}"
-
-
-def _when(machine: dict) -> str:
-    return "during the run" + (
-        " and since the peak's calibration" if machine["calibration"] else ""
+    return RunDrift(
+        workload=refs[0].get("workload", "") if refs else "",
+        readings=readings,
+        calibration=calibration,
+        moved=drift(readings + ([calibration] if calibration else [])),
     )
+
+
+def drift_text(d: RunDrift) -> str:
+    """The drift reference as a note reads it: its workload, its range and the move."""
+    if not d.readings:
+        return "machine drift unknown (no drift reference recorded)"
+    lo, hi = min(d.readings), max(d.readings)
+    text = f"drift reference {d.workload}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
+    if d.calibration:
+        text += f", {_gflops(d.calibration)} at the peak's calibration"
+    if d.moved is None:
+        return text + "; drift unknown (one reading)"
+    return f"{text}: moved {fmt.percent(d.moved)}"
+
+
+def _when(machine: RunDrift) -> str:
+    return "during the run" + (" and since the peak's calibration" if machine.calibration else "")
 
 
 def _gflops(flops: float) -> str:
     return fmt.number(flops / 1e9)
 
 
-def mfu_at_m(results: list[Result], machine: dict | None = None) -> dict:
+def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
     """The MFU of the passing cases at one M as a headline reads it: their median, the cases'
     range, how far timing noise moves the median (`noise_interval`: the median of each case's
     MFU at the two ends of its repeats' interquartile range, taken symmetric about its median),
@@ -125,43 +146,43 @@ def mfu_at_m(results: list[Result], machine: dict | None = None) -> dict:
         "(trainready devices --recalibrate)"
         if above
         # The drift before the spread, as in the train suite: a machine that moved spreads too.
-        else drift_why(machine["moved"], _when(machine))
+        else drift_why(machine.moved, _when(machine))
         or spread_why("timed repeats (median over the cases)", spread)
     )
     noise = [
         statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
         statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
     ]
-    return {
-        "value": statistics.median(mfus),
-        "noise_interval": noise,
-        "interval": widen(noise, machine["moved"]),
-        "drift": machine["moved"],
-        "range": [min(mfus), max(mfus)],
-        "cases": len(mfus),
-        "spread": spread,
-        "why": why or "",
-    }
+    return MfuAtM(
+        value=statistics.median(mfus),
+        noise_interval=noise,
+        interval=widen(noise, machine.moved),
+        drift=machine.moved,
+        range=[min(mfus), max(mfus)],
+        cases=len(mfus),
+        spread=spread,
+        why=why or "",
+    )
 
 
-def _mfu_stat(label: str, results: list[Result], machine: dict) -> Stat:
+def _mfu_stat(label: str, results: list[Result], machine: RunDrift) -> Stat:
     e = mfu_at_m(results, machine)
-    cases = fmt.plural(e["cases"], "passing case")
+    cases = fmt.plural(e.cases, "passing case")
     peak = f"; {peak_label(results)}" if peak_label(results) else ""
-    if e["why"]:
-        measured = f"measured {fmt.percent(e['value'])}, median of {cases}"
-        note = f"{e['why']}; {measured}; {drift_text(machine)}{peak}"
+    if e.why:
+        measured = f"measured {fmt.percent(e.value)}, median of {cases}"
+        note = f"{e.why}; {measured}; {drift_text(machine)}{peak}"
         return Stat(label, INCONCLUSIVE, fmt.text, note)
-    lo, hi = e["interval"]
+    lo, hi = e.interval
     note = (
-        f"median of {cases} ({fmt.percent(e['range'][0])}–{fmt.percent(e['range'][1])}); "
+        f"median of {cases} ({fmt.percent(e.range[0])}–{fmt.percent(e.range[1])}); "
         f"interval {fmt.percent(lo)}–{fmt.percent(hi)}: timing noise "
-        f"{fmt.percent(e['noise_interval'][0])}–{fmt.percent(e['noise_interval'][1])} "
-        f"(repeats' spread {fmt.percent(e['spread'])}), "
-        + ("widened by the drift; " if e["drift"] else "")
+        f"{fmt.percent(e.noise_interval[0])}–{fmt.percent(e.noise_interval[1])} "
+        f"(repeats' spread {fmt.percent(e.spread)}), "
+        + ("widened by the drift; " if e.drift else "")
         + f"{drift_text(machine)}{peak}"
     )
-    return Stat(label, e["value"], fmt.percent, note)
+    return Stat(label, e.value, fmt.percent, note)
 
 
 def mfu_stats(run: RunView, prefix: str = "") -> list[Stat]:

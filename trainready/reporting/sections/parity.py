@@ -85,30 +85,51 @@ def _by_modality_groups(results: list[Result]) -> dict[str, list[Result]]:
     return dict(sorted(groups.items(), key=lambda kv: _modality_order(kv[0])))
 
 
-def modality_counts(results: list[Result]) -> dict[str, dict]:
-    """Per modality: passed and cases in all, per mode, and how many were unsupported (JSON)."""
+@dataclass(frozen=True)
+class Counted:
+    """How many of a set of parity cases passed."""
+
+    passed: int
+    cases: int
+
+
+@dataclass(frozen=True)
+class ModalityCount:
+    """One modality's parity cases: passed of all, unsupported, and passed per mode."""
+
+    passed: int
+    cases: int
+    unsupported: int
+    modes: dict[str, Counted]  # mode -> its cases
+
+
+def modality_counts(results: list[Result]) -> dict[str, ModalityCount]:
+    """Per modality: passed and cases in all, per mode, and how many were unsupported (JSON:
+    `dataclasses.asdict` of each)."""
     counts = {}
     for name, rs in _by_modality_groups(results).items():
         modes: dict[str, list[Result]] = defaultdict(list)
         for r in rs:
             modes[_mode(r)].append(r)
-        counts[name] = {
-            **_counted(rs),
-            "unsupported": sum(r.status == "unsupported" for r in rs),
-            "modes": {m: _counted(v) for m, v in sorted(modes.items())},
-        }
+        total = _counted(rs)
+        counts[name] = ModalityCount(
+            passed=total.passed,
+            cases=total.cases,
+            unsupported=sum(r.status == "unsupported" for r in rs),
+            modes={m: _counted(v) for m, v in sorted(modes.items())},
+        )
     return counts
 
 
-def _counted(results: list[Result]) -> dict[str, int]:
-    return {"passed": sum(r.status == "pass" for r in results), "cases": len(results)}
+def _counted(results: list[Result]) -> Counted:
+    return Counted(passed=sum(r.status == "pass" for r in results), cases=len(results))
 
 
-def _fraction(counted: dict[str, int]) -> str:
-    return f"{counted['passed']}/{counted['cases']}"
+def _fraction(counted: Counted | ModalityCount) -> str:
+    return f"{counted.passed}/{counted.cases}"
 
 
-def _modality_text(counts: dict[str, dict]) -> str:
+def _modality_text(counts: dict[str, ModalityCount]) -> str:
     return ", ".join(f"{m} {_fraction(c)}" for m, c in counts.items())
 
 
@@ -195,8 +216,8 @@ def _by_modality(results: list[Result], prefix: str) -> Table:
     rows = [
         [
             name,
-            *(_fraction(c["modes"][m]) if m in c["modes"] else None for m in modes),
-            c["unsupported"],
+            *(_fraction(c.modes[m]) if m in c.modes else None for m in modes),
+            c.unsupported,
         ]
         for name, c in modality_counts(results).items()
     ]

@@ -5,12 +5,12 @@ torch's own launcher (`trainready.core.launch`: torchrun, the process-group back
 with -- gloo on the cpu, nccl on CUDA, xccl on XPU, a vendor's own -- unless `--pg-backend` says
 otherwise). The ranks stay up from case to case (one start-up per run), and each case is one call
 on them with its own budget: a case whose ranks do not all answer in time is `timeout`, its ranks
-are killed, and the next case starts fresh ones. The rank-side code is `trainready.suites.
-dist_cases`; every rank checks its own result against a single-process reference it computes
+are killed, and the next case starts fresh ones. The rank-side code is `rank.py` and one module per
+family beside it; every rank checks its own result against a single-process reference it computes
 itself, and the case passes when every rank does.
 
 Families (case names):
-- `coll/{op}/{dtype}/{size}` and `coll/barrier`: the collectives of `dist_cases.collectives.OPS`
+- `coll/{op}/{dtype}/{size}` and `coll/barrier`: the collectives of `collectives.OPS`
   (c10d and functional forms), bitwise-checked, timed; algbw and busbw as nccl-tests define them.
 - `ddp/...`, `fsdp2/...`: a few training steps; losses and gradients against one process; FSDP2
   plain, with a bf16 mixed-precision policy, and each of those compiled (with dynamo's counts).

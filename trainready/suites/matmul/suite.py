@@ -62,14 +62,14 @@ from trainready.core.case import Case, Outcome
 from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.data import model_entries
-from trainready.device import torch_dtype
+from trainready.device import reference_rate, torch_dtype
 from trainready.metrics.flops import (
     linear_flops,
     linear_grad_input_flops,
     linear_grad_weight_flops,
     peak_diagnostics,
 )
-from trainready.probes.drift import drift_record, reference_rate
+from trainready.probes.drift import drift_record
 from trainready.probes.numerics import Verdict, judge, noise_rmse, over_allowance
 from trainready.probes.ops import OpsProbe
 from trainready.probes.timing import TimingStats, benchmark

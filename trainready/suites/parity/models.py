@@ -7,7 +7,7 @@ A case names its model by `source`:
 - `hf_task`: `model` is any other transformers type with a task head, built tiny with the head
   users train most by `trainready.models.zoo.hf_tasks` (a `TaskModel`);
 - `timm`, `diffusers`: `model` names a tiny model of `trainready.models.zoo.timm` /
-  `diffusers_zoo` (a `TaskModel`);
+  `trainready.models.zoo.diffusers` (a `TaskModel`);
 - `synthetic`: `config` is a synthetic-matrix config, built by `trainready.models.synthetic`;
 - `factory`: `factory` is "package.module:function", called as `function(seed)`; it returns a
   `TaskModel`, or an `nn.Module` whose forward(input_ids [B, T]) returns logits [B, T, V]. Optional attributes on the

@@ -3,7 +3,7 @@ measure it.
 
 On a device, or compiled, it is the CPU running the case eagerly at the case dtype (one run: a
 borderline failure against it is judged again with independently rounded runs pooled in,
-`parity_rejudge.pooled`). Where the device run *is* that run (eager on the CPU), it is
+`rejudge.pooled`). Where the device run *is* that run (eager on the CPU), it is
 independently rounded CPU runs (`probes/perturb.py`), whose disagreement is the noise
 (`independent`; `more_runs` adds seeds for a borderline failure; `reference_noise` measures the
 float64 reference's own rounding). A model
@@ -59,7 +59,7 @@ class Baseline:
     runs at the dtype whose roundings are independent of the plain run's and of each other
     (`IndependentRounding`), for eager on the CPU, where the plain run is the device run itself;
     "pooled": the "cpu" run first, then independently rounded runs, each one more sample of how
-    far an honest run at the dtype lands from float64 (`parity_rejudge.pooled`): the noise is
+    far an honest run at the dtype lands from float64 (`rejudge.pooled`): the noise is
     the rms of their distances, each over its rounding's kappa.
     `routed`: the model routes tokens by a top-k (MoE), so a rounding can flip a near-tie and move
     a run by more than rounding noise. Eager runs pin the routing instead (`pin`: every run
@@ -159,7 +159,7 @@ class Baseline:
         """The pre-step tensors every run of the baseline has exactly zero where the float64
         reference does not: there the runs' distance from float64 is float64's own residue,
         not a sample of the residue an honest run in another order leaves
-        (`parity_verdicts.borderline`)."""
+        (`verdicts.borderline`)."""
         named = [r.named(after_step=False) for r in self.runs]
         return frozenset(
             n

@@ -1,5 +1,5 @@
 """Which parity cases a run plans: the model zoos and the synthetic matrix, each in its (mode,
-dtype) pairs, narrowed by the preset and `--set` options (the suite's contract: `parity.py`).
+dtype) pairs, narrowed by the preset and `--set` options (the suite's contract: `suite.py`).
 
 Presets: smoke = two causal LMs (one dense, one MoE) + the synthetic base; quick = the causal-LM
 zoo eager fp32, a sample of the task zoo (`QUICK_TASK_TYPES`, two or three per modality) eager
@@ -131,7 +131,7 @@ def _hf_cases(cfg: RunConfig, modalities: list[str]) -> list[Case]:
 
 
 def _library_cases(source: str, cfg: RunConfig, modalities: list[str]) -> list[Case]:
-    """The timm or diffusers zoo (`models/zoo/timm.py`, `diffusers_zoo.py`); one unavailable case
+    """The timm or diffusers zoo (`models/zoo/timm.py`, `models/zoo/diffusers.py`); one unavailable case
     saying why when the library or the zoo is not installed."""
     try:
         names = zoo_module(source).model_names()

@@ -1,79 +1,41 @@
 """Parity suite: does a model train the same on this device as in float64 on the CPU?
 
-Cases: every causal-LM type of the installed transformers (built tiny, `models/zoo/hf_causal.py`), every
-other transformers type with a task head (masked LM, seq2seq, vision, audio, video, multimodal...:
-`models/zoo/hf_tasks.py`, a `TaskModel` each), the timm and diffusers zoos (`models/zoo/timm.py`,
-`diffusers_zoo.py`, when installed), the synthetic architecture matrix (`models/synthetic.py`), and
-any model factories the user names (`--set models=pkg.mod:fn[,pkg.mod:fn2]`), each in a mode (`eager`, or `compile` with
-`--compile-backend`, default inductor) and a dtype (fp32; bf16 = autocast over fp32 weights).
+Cases (`plan.py`): every causal-LM type of the installed transformers (built tiny,
+`models/zoo/hf_causal.py`), every other transformers type with a task head
+(`models/zoo/hf_tasks.py`, a `TaskModel` each), the timm and diffusers zoos (`models/zoo/timm.py`,
+`models/zoo/diffusers.py`, when installed), the synthetic architecture matrix
+(`models/synthetic.py`), and any model factories the user names (`--set
+models=pkg.mod:fn[,pkg.mod:fn2]`), each in a mode (`eager`, or `compile` with `--compile-backend`,
+default inductor) and a dtype (fp32; bf16 = autocast over fp32 weights). Case ids:
+`<source>/<model>/<mode>/<dtype>`. Presets and `--set` options: `plan.py`, `OPTIONS`.
 
-One case, on the device under test: forward, loss, backward and one AdamW step, then a short
-training run (`steps`, default 20) on one fixed batch. The reference is the same model, weights
-and data in float64 on the CPU. The numerics probe judges the loss, the logits, every gradient
-and every parameter after the step (`judge_many`; DESIGN.md's rule), each against the noise an
-honest computation at the case dtype makes on that very tensor, and the loss curve step by step
-against a tolerance from the honest runs' own per-step deviation. The honest computation
-(`Baseline`): on a device, or compiled, the CPU running the case eagerly at the case dtype (a
-case failing borderline against that one run is judged again with independently rounded runs
-pooled in: `parity_rejudge.pooled`); where
-the device run *is* that run (eager on the CPU), two runs of the case whose roundings are
-independent of it (`probes/perturb.py`), whose disagreement is the noise; where neither exists
-(fp64 on the CPU, or the independent runs fail) the case is `unsupported` with "numerics not
-judged", never a pass. The optimizer step is judged at the dtype the parameters are kept in
-(fp32 under autocast) against the CPU's fp32 AdamW from the device's own gradients. A model that
-routes by top-k (MoE), eager: the device's routing decisions are recorded and replayed in the
-reference and the baselines, and judged on their own (`parity_noise.pin`, `probes/routing.py`); its
-auxiliary loss is compared as a tensor of its own. A case whose tensors fail is judged again
-against the reference with one near-kink ReLU decision flipped (`parity_rejudge.kink_flips`,
-`probes/kinks.py`): a decision within rounding of its kink is one honest runs take either way;
-where such decisions are more than one flip can settle, a case judged against the CPU's one run
-is judged against it pooled with independently rounded runs, which flip them too.
-A model whose tied parameters the move to the device breaks (`probes/ties.py`) fails on that,
-named first; the numerics judged after it are the model's moved with its ties kept.
-A compiled case that still fails runs again with the backends below its own (aot_eager_decomp_
-partition, aot_eager, eager: `parity_bisect.py`), which places the fault in the compiler stack.
+One case (`execute`), on the device under test: forward, loss, backward and one AdamW step, then a
+short training run (`steps`, default 20) on one fixed batch. The reference is the same model,
+weights and data in float64 on the CPU. The numerics probe judges the loss, the logits, every
+gradient and every parameter after the step (`judge_many`, the rule of docs/numerics.md), each
+against the noise an honest computation at the case dtype makes on that very tensor
+(`noise.Baseline`: on a device, or compiled, the CPU running the case eagerly at the dtype; eager
+on the CPU, two independently rounded runs, `probes/perturb.py`; where neither exists, fp64 on the
+CPU, the case is `unsupported`, "numerics not judged", never a pass), and the loss curve step by
+step. A failure is judged again before it stands (`rejudge.py`: escalation, pooling, kink flips;
+`bisect.py` for a compiled case). An MoE model's top-k routing is recorded on the device and
+replayed in the reference and the baselines (`noise.pin`, `probes/routing.py`). A model whose tied
+parameters the move to the device breaks (`probes/ties.py`) fails on that, named first; the
+numerics judged after it are the model's moved with its ties kept.
 
-Also per case: eager runs the first step under the ops probe, records its aten ops, host
-round-trips and CPU fallbacks (`probes/ops.py`), and reports any difference from the training
-run's own first step (non-determinism); compile records graph breaks, recompiles, frames left to
-eager and compile time (`probes/compile.py`), and whether the compile was its process's first
-(`first_compile_in_process`: then its compile time includes the compiler's one-time start-up).
-
-Shared CPU runs: the cases of one model in a stored run (eager and compiled, fp32 and bf16) need
-the same float64 reference and the same plain CPU run at a dtype (the compiled case's baseline,
-on the CPU also the eager case's device run): the first case to need one computes it, the others
-load its very tensors from RUN_DIR/parity_shared/ (`parity_cache.py`; `shared_runs` names what a
-case loaded). A compiled case compiles first, so the eager case beside it computes those runs
-meanwhile. A routed eager case records its routing in its device run (no second device run).
+Also per case: eager runs the first step under the ops probe (aten ops, host round-trips and CPU
+fallbacks, `probes/ops.py`) and reports any difference from the training run's own first step;
+compile records graph breaks, recompiles, frames left to eager and compile time
+(`probes/compile.py`), and whether the compile was its process's first. The CPU runs several
+cases of one model need alike are computed once per stored run (`cache.py`). Each case stores a
+small summary that `--baseline DIR[:RUN_ID]` compares with another device's run (`baseline.py`).
 
 Statuses: `unsupported` (the model cannot be built here, or its numerics cannot be judged here,
-with the reason), `fail_run` (the model
-raises, in the reference or on the device), `fail_compile` (it runs eagerly but raises compiled;
-the error names the ops whose output layout differs from their meta kernel's, `probes/layouts.py`),
-`fail_numerics` (naming the worst tensors, e.g. `layers.1.mlp.w2.weight.grad rmse ratio 7.3`, or
-the first diverging step), else `pass`.
-
-Presets (`parity_plan.py`): quick = the causal-LM zoo and a sample of the task zoo eager fp32 +
-the synthetic base and one-axis variants, eager and compiled; standard = every model of every
-zoo, eager and compiled; full = all of it in fp32 and bf16. `--dtype` runs one dtype only; `--set
-modes=eager` (or compile), `--set zoo=hf,timm,diffusers,synthetic` (or `none`; a modality name --
-text-decoder, text-encoder, seq2seq, vision, audio, video, multimodal, diffusion, other --
-narrows the model zoos to it, e.g. `zoo=vision` or `zoo=hf,audio`), `--set hf_types=llama,vit`
-(causal and task types alike), `--set steps=N` narrow it further; `--set threads=N` sets the CPU
-threads per case (default 1: tiny models run fastest single-threaded).
-`--baseline DIR[:RUN_ID]` compares every case with the same case of a stored run (another device)
-through the small summaries each case stores (`parity_baseline.py`).
-
-Modules: this one runs a case (`execute`); `parity_plan` plans the cases, `parity_models` builds
-the model, `parity_engine` trains it, `parity_noise` measures the honest baseline,
-`parity_verdicts` judges, `parity_rejudge` judges a failure again, `parity_bisect` places a
-compiled failure in the compiler stack, `parity_cache` shares CPU runs
-between cases, `parity_baseline` compares with another device's run.
-
-Compile caches: inductor's on-disk caches (FX graph, kernels) live in its default cache directory
-(or TORCHINDUCTOR_CACHE_DIR), which every worker of a run (and later runs) share: a graph two
-cases compile alike is compiled once; `torch._dynamo.reset()` before each compiled
-case clears only dynamo's in-memory state, so recompiles and graph breaks are counted per case.
+with the reason), `fail_run` (the model raises, in the reference or on the device),
+`fail_compile` (it runs eagerly but raises compiled; the error names the ops whose output layout
+differs from their meta kernel's, `probes/layouts.py`), `fail_numerics` (naming the worst
+tensors, e.g. `layers.1.mlp.w2.weight.grad rmse ratio 7.3`, or the first diverging step), else
+`pass`.
 """
 
 from __future__ import annotations
@@ -341,7 +303,7 @@ def _bisected(
     phase: _Timed,
 ) -> list[str]:
     """A failing compiled case (its run `dev_run`, judged against `ref` and `base`) run again
-    with the backends below its own (`parity_bisect.py`): where in the compiler stack the
+    with the backends below its own (`bisect.py`): where in the compiler stack the
     difference arises, as one more line of the error ([] when there is no backend below to try
     or the budget left the answer unknown)."""
     ref, dev_run, base = judged_by
@@ -386,7 +348,7 @@ _MODE_PARAMS = ("mode", "dtype", "compile_backend")
 
 def _shared(ctx: CaseContext, p: dict[str, Any], dtype: str, state: dict[str, Any]) -> Shared:
     """The CPU runs this case shares with the other cases of its model in the run
-    (`parity_cache.py`): the float64 reference (every case of the model computes it) and the
+    (`cache.py`): the float64 reference (every case of the model computes it) and the
     plain CPU run at a dtype (the eager case's device run on the CPU, or its CPU baseline
     elsewhere; the compiled case's CPU baseline). Written only when another planned case needs
     it (`users`); nothing is shared outside a stored run."""

@@ -1,7 +1,7 @@
 """The parity verdict: a run's tensors and loss curve against the float64 reference, each within
-the noise its honest baseline (`parity_noise.Baseline`) measures, and the worst of them named.
+the noise its honest baseline (`noise.Baseline`) measures, and the worst of them named.
 
-`judge` compares tensors (`probes/numerics.judge_many`, DESIGN.md's rule); `check` judges a whole
+`judge` compares tensors (`probes/numerics.judge_many`, the rule of docs/numerics.md); `check` judges a whole
 run: the loss, the logits and every gradient before the step, every parameter after the optimizer
 step (against float64 AdamW from the device's own gradients, within the CPU's fp32 AdamW's
 distance from it), and the loss curve step by step.
@@ -32,7 +32,7 @@ from trainready.suites.parity.noise import Baseline
 WORST_SHOWN = 3
 ZEROED_SHOWN = 5  # the zeroed tensors a problem line names
 # A failure every tensor of which misses its bound by at most this much is borderline: more
-# honest runs may settle it (`parity_rejudge.escalated`).
+# honest runs may settle it (`rejudge.escalated`, `rejudge.pooled`).
 BORDERLINE = 2.0
 
 

@@ -17,11 +17,11 @@ It measures two clocks:
   the train suite records the whole process's time apart (`process_s`);
 - steady steps: every later step, timed on the device (events where the backend has them).
 
-Around the steady steps it reads the drift reference (`probes.drift`: a fixed GEMM), after the
+Around the steady steps it reads the drift reference (`device.reference`: a fixed GEMM), after the
 first step (off its clock) and after the last (`reference_flops`): how fast the machine ran for
 this process, which the train suite compares across its processes and with the peak's calibration.
 
-MoE sizes dispatch routed (each token through its k experts only, `models.moe_dispatch`), so the
+MoE sizes dispatch routed (each token through its k experts only, `models.moe`), so the
 FLOPs per token (active parameters only) are the FLOPs the step does; the record says which
 grouped GEMM ran (`moe_dispatch`).
 
@@ -57,6 +57,8 @@ from trainready.device import (
     Timer,
     device_type,
     memory_stats,
+    reference_rate,
+    reference_workload,
     reset_peak_memory,
     synchronize,
 )
@@ -65,8 +67,6 @@ from trainready.models.moe import implementation as moe_implementation
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
 from trainready.probes import ties
 from trainready.probes.compile import CompileProbe, cache_counts
-from trainready.probes.drift import reference_rate
-from trainready.probes.drift import workload as reference_workload
 from trainready.probes.ops import OpsProbe
 
 PRECISIONS = ("autocast", "bf16_params")
@@ -369,7 +369,7 @@ def _ops_step(step: Step, tokens: torch.Tensor, device: str) -> dict[str, Any]:
 
 
 def _reference_reading(device: str, dtype: str) -> float | None:
-    """One reading of the drift reference (`probes.drift`), or None where it cannot be read: it
+    """One reading of the drift reference (`device.reference`), or None where it cannot be read: it
     is evidence about the machine, never a reason for the training run to fail."""
     try:
         return reference_rate(device, dtype)

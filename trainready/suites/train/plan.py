@@ -1,5 +1,5 @@
 """Which train cases a run plans, and the training spec of each of a case's scenarios (the suite's
-contract: `train.py`).
+contract: `suite.py`).
 
 A case is one training configuration: the preset's defaults for the device (a debug Qwen3 on the
 CPU, 1.7B on accelerators; smoke: a few steps, cold only), overridden by `--set`, validated whole

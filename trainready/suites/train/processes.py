@@ -5,7 +5,7 @@ warm, ...), each mode with its own compile cache, empty at the start and shared 
 in order. One scenario is `python -m trainready.suites.train.loop` (`run_single`: a fork of the case's zygote
 where `train_zygote.usable`, else a fresh interpreter), or
 `rank_train` on fresh ranks under torchrun with FSDP2 (`run_ranks`, `combine_ranks`); with
-`--profile`, the headline scenario runs profiled (`train_profile.py`). A process that fails gives a
+`--profile`, the headline scenario runs profiled (`profile.py`). A process that fails gives a
 `Scenario` with its status and the tail of its output, never a record.
 """
 
@@ -30,23 +30,9 @@ from trainready.suites.train import profile as train_profile
 from trainready.suites.train import zygote as train_zygote
 from trainready.suites.train.loop import TrainSpec
 from trainready.suites.train.plan import MODES, scenario_spec
+from trainready.suites.train.scenario import Scenario
 
 LOG_TAIL_CHARS = 3000
-
-
-@dataclass
-class Scenario:
-    """What one scenario's process(es) gave back: a record, or why there is none."""
-
-    mode: str
-    name: str
-    record: dict[str, Any] | None = None
-    status: str = "pass"  # pass, or the failing status the scenario alone earned
-    error: str | None = None
-    detail: str = ""  # traceback or output tail
-    process_s: float = 0.0  # the whole process(es), start-up included (a fork: torch imported)
-    spec: dict[str, Any] = field(default_factory=dict)
-    profile: dict[str, Any] | None = None  # the capture (--profile): files, summary or error
 
 
 _KIND_STATUS = {"compile": "fail_compile", "oom": "oom", "run": "fail_run", "error": "fail_run"}

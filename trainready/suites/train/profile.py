@@ -19,14 +19,12 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainready.core.context import CaseContext
 from trainready.profile import capture
 from trainready.suites.train.loop import TrainSpec
-
-if TYPE_CHECKING:
-    from trainready.suites.train.processes import Scenario
+from trainready.suites.train.scenario import Scenario
 
 MODULE = "trainready.suites.train.profile"  # the profiled loop's entry point (profiled_main)
 
@@ -35,7 +33,7 @@ PROFILE_STEPS = 3
 PROFILE_WARMUP = 1
 PROFILE_STARTED = "profile_started.json"  # the child's note: timed steps done, profiler starting
 
-Run = Callable[[TrainSpec, "dict[str, Any] | None"], "Scenario"]
+Run = Callable[[TrainSpec, "dict[str, Any] | None"], Scenario]
 
 
 def profile_plan(out_dir: Path, spec: TrainSpec, started: Path, scenario: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from trainready.metrics.stats import (
 )
 from trainready.probes.timing import TimingStats
 from trainready.suites.train.plan import MODES
-from trainready.suites.train.processes import Scenario
+from trainready.suites.train.scenario import Scenario
 
 # One steady rate per mode. The scenarios at the configured shape (cold, warm, arch_change) differ
 # in what their first step pays, not in what a steady step costs, so their steady steps are pooled
@@ -60,8 +60,8 @@ def pool_of(scenario: str) -> str:
 # measures that scatter itself: the process is the unit sampled (`stats.between_processes`).
 #
 # And the machine itself: every training process reads the drift reference (a fixed GEMM,
-# `probes.drift`) after its first step and after its last, and a measured peak carries the reading
-# taken with its calibration; how far those readings moved (`stats.drift`) is how far the
+# `device.reference`) after its first step and after its last, and a measured peak carries the
+# reading taken with its calibration; how far those readings moved (`stats.drift`) is how far the
 # machine's speed moved during the case and since the calibration, which every MFU is a share of.
 #
 # The cold and warm steady medians (the same model, shape and kernels; the modes take turns) are

@@ -3,7 +3,7 @@
 One case is one training configuration (a Qwen3 size, sequence length, batch, dtype...). It trains
 the model in both modes -- eager, and compiled (each block, or the whole model) -- under four
 scenarios, each in a fresh process (`python -m trainready.suites.train.loop`, on the CPU and CUDA a fork of
-a zygote that imported torch: `train_zygote.py`; or fresh ranks under torchrun with `--nproc N`,
+a zygote that imported torch: `zygote.py`; or fresh ranks under torchrun with `--nproc N`,
 FSDP2 over them):
 
 - cold: empty compile caches (a new TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, the vendor's
@@ -62,7 +62,7 @@ order above, cold included when any other is). `--compile-backend`, `--nproc` an
 apply too. Presets: quick runs the configuration; standard adds the same with activation
 checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
 
-`--profile` (option `profile`, `train_profile.py`): in each mode the scenario whose speed the headline uses (warm,
+`--profile` (option `profile`, `profile.py`): in each mode the scenario whose speed the headline uses (warm,
 else cold) runs `extra_steps` more steps after its timed ones, recorded by torch.profiler
 (`trainready.profile.capture.profile_after`: until the timed steps are done its hook only counts,
 so they, the first step and the peak memory are measured as without profiling, and the record
@@ -70,10 +70,6 @@ keeps them alone). The gzipped Kineto trace and metadata.json land in the case's
 directory (RUN_DIR/artifacts/CASE/MODE-SCENARIO/); the diagnostics name them (relative to the run
 directory) with a short analysis. A capture that fails is a diagnostic: if the process died after
 its timed steps, the scenario is measured again without profiling (cold with a fresh cache).
-
-Modules: this one judges a case and runs it (`execute`); `train_plan` plans the cases and each
-scenario's spec, `train_processes` runs the scenarios in fresh processes, `train_rates` computes
-the rates, intervals, speedup and ledger, `train_profile` the --profile capture.
 """
 
 from __future__ import annotations
@@ -92,7 +88,7 @@ from trainready.probes import ties
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.ops import fell_back
 from trainready.suites.train.plan import DEFAULT_DTYPE, MODES, NAME, SCENARIOS, cases
-from trainready.suites.train.processes import Scenario, run_modes
+from trainready.suites.train.processes import run_modes
 from trainready.suites.train.rates import (
     MAIN_POOL,
     Scatter,
@@ -102,6 +98,7 @@ from trainready.suites.train.rates import (
     scenario_ledger,
     scenario_summary,
 )
+from trainready.suites.train.scenario import Scenario
 
 __all__ = [
     "NAME",

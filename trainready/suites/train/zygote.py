@@ -13,7 +13,7 @@ as `python -m trainready.suites.train.loop` would.
 Used only where forking after `import torch` is known safe (`usable`): the CPU and CUDA, whose
 runtimes importing torch does not start (a child that starts CUDA after the fork is fine), and
 no device backend that torch autoloads at import (its runtime could start in the zygote). Every
-other case keeps a fresh interpreter per scenario (`train_processes.run_single`).
+other case keeps a fresh interpreter per scenario (`processes.run_single`).
 
 Protocol, one JSON object per line: the worker writes {"argv", "env", "log"}; the zygote answers
 {"pid"} once the child runs and {"rc"} when it ends (negative: the signal that ended it).

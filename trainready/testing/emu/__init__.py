@@ -70,7 +70,7 @@ _register()
 
 def native_kernels() -> frozenset[str]:
     """The ops emu has kernels of its own for, e.g. "aten::bmm", as the C++ library registered
-    them (and as the dispatcher confirms: see tests/test_emu.py)."""
+    them (and as the dispatcher confirms: see tests/e2e/test_emu.py)."""
     return frozenset(torch.ops.trainready_emu.native_kernels())
 
 

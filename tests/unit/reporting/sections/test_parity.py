@@ -11,7 +11,7 @@ from trainready.core.case import Case, Result
 from trainready.core.store import RunRecord, Store
 from trainready.probes.numerics import loss_curve_compare
 from trainready.reporting import render
-from trainready.reporting.model import build_report
+from trainready.reporting.build import build_report
 from trainready.reporting.sections import parity as section
 from trainready.reporting.terminal import print_summary
 

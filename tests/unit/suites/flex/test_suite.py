@@ -17,7 +17,7 @@ from trainready.core.config import RunConfig
 from trainready.core.context import Unsupported
 from trainready.core.store import RunRecord, Store
 from trainready.reporting import render
-from trainready.reporting.model import build_report
+from trainready.reporting.build import build_report
 from trainready.reporting.sections import flex as flex_section
 from trainready.suites.flex import suite as flex
 from trainready.suites.flex.variants import BUILTIN, Shape

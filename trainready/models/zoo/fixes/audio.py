@@ -1,6 +1,6 @@
 """Audio and time-series models: feature widths, RNN-T/TDT front ends, speech seq2seq, TTS.
 
-See `task_fixes/__init__.py` for the tables' contract; each entry says why it is needed.
+See `fixes/__init__.py` for the tables' contract; each entry says why it is needed.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the reference to float32 or mix float32 into float64 matmuls, are made float64 b
 `models/float64.float32_as_float64`, entered by the task model's forward when its parameters
 are float64. A type lands here only when that is not enough (none of this group so far).
 
-See `task_fixes/__init__.py` for the tables' contract; each entry says why it is needed.
+See `fixes/__init__.py` for the tables' contract; each entry says why it is needed.
 """
 
 from __future__ import annotations
