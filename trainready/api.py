@@ -92,12 +92,19 @@ def _peak_cache(store: Store) -> PeakCache:
     return PeakCache(store.get_calibration, store.put_calibration)
 
 
-def _import_requested(imports: Sequence[str] | None) -> list[str]:
+def _import_requested(imports: Sequence[str] | None, device: str | None = None) -> list[str]:
     """Import TRAINREADY_IMPORT's modules and then `imports`, before any device is resolved (one
-    may register the device); returns the list, which the run's other processes import too."""
+    may register the device); returns the list, which the run's other processes import too.
+
+    The module registering `device`'s type comes first where it has one (`--device xla` imports
+    torch_xla), so `--import` is optional for it and the run's workers and ranks import it too."""
     from trainready.core.imports import import_modules, requested
+    from trainready.device.backends import registering_module
 
     modules = requested(imports)
+    backend = registering_module(device) if device else None
+    if backend and backend not in modules:
+        modules.insert(0, backend)
     import_modules(modules)
     return modules
 
@@ -150,7 +157,7 @@ def run(
     check_choice("executor", executor, EXECUTORS)
     if not suites:
         raise ConfigError("no suite given")
-    modules = _import_requested(imports)
+    modules = _import_requested(imports, device)
     resolved = resolve(device)
     cfg = RunConfig(
         suites=expand(suites),
@@ -451,9 +458,22 @@ def devices(
     from trainready.device import available_devices, torch_dtype
 
     _import_requested(imports)
+    _import_installed_backends()
     torch_dtype(dtype)  # a bad dtype is a one-line error even when nothing is measured
     with Store(out) if measure else contextlib.nullcontext() as store:
         return [_device_row(dev, dtype, store, recalibrate) for dev in available_devices()]
+
+
+def _import_installed_backends() -> None:
+    """Import each installed module that registers a device type (torch_xla), so `devices`
+    lists its devices unasked; one that fails to import is left out (`run --device` names the
+    error)."""
+    from trainready.core.imports import ImportFailed, import_modules
+    from trainready.device.backends import installed_registering_modules
+
+    for module in installed_registering_modules():
+        with contextlib.suppress(ImportFailed):
+            import_modules([module])
 
 
 def _device_row(dev: str, dtype: str, store: Store | None, recalibrate: bool) -> dict[str, Any]:

@@ -21,6 +21,15 @@ class Unsupported(Exception):  # noqa: N818 - it is a verdict, not an error
     """Raise from a case when the backend cannot do what the case asks (becomes `unsupported`)."""
 
 
+def is_unsupported(exc: BaseException) -> bool:
+    """Whether an error a case raised means the backend cannot do what it asks: `Unsupported`,
+    or the device layer's MissingCapability (training needs what the backend lacks: autocast)."""
+    from trainready.core.errors import root_cause
+    from trainready.device.capabilities import MissingCapability
+
+    return isinstance(root_cause(exc), (Unsupported, MissingCapability))
+
+
 @dataclass
 class CaseContext:
     device: str

@@ -106,7 +106,7 @@ def snapshot(device: str, imports: Sequence[str] = ()) -> dict[str, Any]:
     import torch
 
     from trainready.core.imports import describe
-    from trainready.device import device_info, vendor_stack
+    from trainready.device import device_capabilities, device_info, vendor_stack
 
     return {
         "python": sys.version.split()[0],
@@ -123,6 +123,8 @@ def snapshot(device: str, imports: Sequence[str] = ()) -> dict[str, Any]:
         "env_vars": relevant_env_vars(),
         "device": device_info(device),
         "vendor_stack": vendor_stack(device),
+        # What the backend lacks of the instruments, and what stood in (device/capabilities.py).
+        "device_capabilities": device_capabilities(device),
         "git_sha": git_sha(),
         # Quoted as a shell would need it, so the run can be repeated by pasting it.
         "command": shlex.join(sys.argv),

@@ -38,9 +38,20 @@ def import_modules(names: Sequence[str]) -> None:
     for name in names:
         try:
             importlib.import_module(name)
+            _started(name)
         except Exception as e:  # noqa: BLE001 - whatever a user's module raises, name the module
             error = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
             raise ImportFailed(f"--import {name}: {error}") from e
+
+
+def _started(name: str) -> None:
+    """A device type's registering module may need its runtime started before anything else
+    touches torch (torch_xla: `device/backends/xla.py`, `on_import`); here, since this is where
+    every process of a run imports it."""
+    from trainready.device.backends import REGISTERING_MODULES, imported  # noqa: PLC0415 - torch
+
+    if name in REGISTERING_MODULES.values():
+        imported(name)
 
 
 def export(names: Sequence[str]) -> None:

@@ -449,10 +449,10 @@ def launch(
 
 # -- the rank side -------------------------------------------------------------------------------
 def _error_kind(exc: BaseException) -> str:
-    from trainready.core.context import Unsupported
+    from trainready.core.context import is_unsupported
     from trainready.device import is_oom
 
-    if isinstance(exc, Unsupported):
+    if is_unsupported(exc):
         return "unsupported"
     return "oom" if is_oom(exc) else "error"
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from trainready.core.case import Case, Outcome
 from trainready.core.concurrency import cpu_threads
-from trainready.core.context import CaseContext, Unsupported, prepare_artifacts
+from trainready.core.context import CaseContext, Unsupported, is_unsupported, prepare_artifacts
 from trainready.core.errors import PROCESS_EXITS, error_head, root_cause
 from trainready.core.procs import guard_worker
 
@@ -84,10 +84,23 @@ def execute_case(suite: Any, case: Case, ctx: CaseContext) -> Outcome:
     except PROCESS_EXITS:
         raise
     except BaseException as e:  # noqa: BLE001 - every error is a finding about the case
+        if is_unsupported(e):  # training needs what the backend lacks (autocast)
+            return Outcome("unsupported", diagnostics={"reason": str(e)})
         status = "oom" if _is_oom(root_cause(e)) else "fail_run"
         return Outcome(
             status, diagnostics={"error": error_head(e), "traceback": _traceback_tail(e)}
         )
+
+
+def _excuse_torch_limitation(case: Case, device: str, outcome: Outcome) -> Outcome:
+    """`outcome`, or `unsupported` where a known bug of this torch version explains it
+    (`trainready.device.compat.LIMITATIONS`): torch's fault is not charged to the device."""
+    from trainready.device.compat import excuse
+
+    status, diagnostics = excuse(case.id, device, outcome.status, outcome.diagnostics)
+    if diagnostics is outcome.diagnostics:  # no entry explains it
+        return outcome
+    return Outcome(status, metrics=outcome.metrics, diagnostics=diagnostics)
 
 
 FULL_COLLECT_EVERY = 20  # cases between collections of everything, frozen objects included
@@ -185,6 +198,7 @@ def worker_main(
                 outcome = execute_case(suites[suite_path], case, ctx)
         except Exception as e:  # noqa: BLE001 - a suite that fails to import fails its cases
             outcome = Outcome("fail_run", diagnostics={"error": error_head(e)})
+        outcome = _excuse_torch_limitation(case, ctx.device, outcome)
         duration = time.perf_counter() - t0
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,7 +1,10 @@
 """The only package that knows device APIs, one module per concern:
 
 - runtime: device names (resolve, available_devices, device_type, torch_dtype), synchronize,
-  Timer, last-level cache flush
+  step_boundary, Timer, last-level cache flush
+- backends: one adapter per device type (`adapter`): discovery, synchronize, step boundaries,
+  compile backend, the capabilities the instruments may use (capabilities: probed once, with
+  stated substitutes), the backend's own counters
 - memory: memory_stats, reset_peak_memory, is_oom
 - identity: device_info, device_key, vendor_stack (driver and library versions)
 - peak: calibrate_peak, resolve_peak (the caller's PeakCache keeps measured peaks)
@@ -16,6 +19,8 @@ imports `trainready.core` beyond its base, `core.config`. Callers import from th
 module it lives in.
 """
 
+from trainready.device.backends import counted, default_compile_backend
+from trainready.device.capabilities import MissingCapability
 from trainready.device.compile_cache import compile_cache_env
 from trainready.device.distributed import default_pg_backend, rank_device, set_current_device
 from trainready.device.fallback import (
@@ -43,10 +48,13 @@ from trainready.device.runtime import (
     GiB,
     MiB,
     Timer,
+    autocast,
     available_devices,
+    device_capabilities,
     device_type,
     flush_cache,
     resolve,
+    step_boundary,
     synchronize,
     timer,
     torch_dtype,
@@ -61,17 +69,22 @@ __all__ = [
     "FallbackWatch",
     "GiB",
     "MiB",
+    "MissingCapability",
     "PeakCache",
     "Timer",
+    "autocast",
     "available_devices",
     "calibrate_peak",
     "compile_cache_env",
     "default_pg_backend",
+    "device_capabilities",
     "device_info",
     "device_key",
     "device_type",
     "fallback_switches",
     "fallback_watch",
+    "counted",
+    "default_compile_backend",
     "flush_cache",
     "is_oom",
     "memory_stats",
@@ -84,6 +97,7 @@ __all__ = [
     "resolve",
     "resolve_peak",
     "set_current_device",
+    "step_boundary",
     "synchronize",
     "timer",
     "torch_dtype",

@@ -22,6 +22,17 @@ ops it calls are judged too (a structured op such as add.Tensor reaches a backen
 as add.out). It cannot see a fallback a backend makes inside its own kernel (TorchNeuron retrying
 a failed kernel on the CPU) or what compiled code runs: the backend's own record
 (`device/fallback.py`) is the second source.
+
+Host work hidden in a kernel of the backend's own (`kind` kernel): one that copies its inputs to
+the host, computes there and copies back is invisible to that rule. A kernel-kind call runs with
+the watch pushed again too, so the calls its kernel makes come back here; a copy across the host
+boundary (`TRANSFERS`, one side on the device, the other on the CPU) made while such a call runs
+marks it, and `roundtrips` counts the calls of each op so marked: "host round-trip inside
+aten::X". Not counted: copies the region makes itself (no kernel encloses them), a composite's
+(`.to()` is one over `_to_copy`) unless a kernel called the composite, the boxed CPU fallback's
+(it runs without the watch: already a `fallback`), and a copy kernel's own work (copies are not
+entered). A kernel called for a tensor subclass or a non-strided layout runs as before, unwatched
+inside.
 """
 
 from __future__ import annotations
@@ -33,7 +44,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+_push_mode, _pop_mode = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
 KERNEL, COMPOSITE, FALLBACK, MISSING = "kernel", "composite", "fallback", "missing"
+# Ops whose job is to move data. One that crosses the host boundary inside another op's kernel is
+# that kernel's host round-trip; a copy's own kernel is not entered (moving data is its work).
+TRANSFERS = frozenset(
+    {"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+)
 _COMPOSITES = (
     "CompositeExplicitAutogradNonFunctional",
     "CompositeExplicitAutograd",
@@ -84,14 +101,58 @@ def op_name(func: torch._ops.OpOverload) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _on_device(obj: Any, dev_type: str) -> bool:
+def roundtrip_label(op: str) -> str:
+    """How reports name an op whose kernel copied to and from the host."""
+    return f"host round-trip inside {op}"
+
+
+@functools.cache
+def is_transfer(op: str) -> bool:
+    return op.partition(".")[0] in TRANSFERS
+
+
+def _on_device(obj: Any, dev_type: str) -> torch.Tensor | None:
+    """The first tensor of `obj` (a tensor, or lists, tuples and dicts of them) on `dev_type`."""
     if isinstance(obj, torch.Tensor):
-        return obj.device.type == dev_type
-    if isinstance(obj, (list, tuple)):
-        return any(_on_device(o, dev_type) for o in obj)
+        return obj if obj.device.type == dev_type else None
     if isinstance(obj, dict):
-        return any(_on_device(o, dev_type) for o in obj.values())
-    return False
+        obj = obj.values()
+    elif not isinstance(obj, (list, tuple)):
+        return None
+    for o in obj:  # a loop, not a generator: this runs on every call of every case
+        if (t := _on_device(o, dev_type)) is not None:
+            return t
+    return None
+
+
+def device_types(obj: Any, out: set[str]) -> set[str]:
+    """`out` with the device types of every tensor in `obj` (tensors, lists, tuples, dicts)."""
+    if isinstance(obj, torch.Tensor):
+        out.add(obj.device.type)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            device_types(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            device_types(o, out)
+    return out
+
+
+def crosses_host(args: tuple, kwargs: dict[str, Any], dev_type: str) -> bool:
+    """Whether a transfer's operands (and its target `device=`) span the host and `dev_type`."""
+    types = device_types((args, kwargs), set())
+    if (target := _factory_device(kwargs)) is not None:
+        types.add(target)
+    return "cpu" in types and dev_type in types
+
+
+def _plain(tensor: torch.Tensor | None, kwargs: dict[str, Any]) -> bool:
+    """Whether the dense backend key's kernel is the one a call gets: strided tensors (a factory:
+    a strided layout). A sparse, quantized or nested call has another key; calling the dense
+    kernel for it directly would be wrong."""
+    if tensor is None:
+        return kwargs.get("layout") in (None, torch.strided)
+    return tensor.layout == torch.strided and not (tensor.is_quantized or tensor.is_nested)
 
 
 def _factory_device(kwargs: dict[str, Any]) -> str | None:
@@ -101,8 +162,9 @@ def _factory_device(kwargs: dict[str, Any]) -> str | None:
 
 class DispatchWatch(TorchDispatchMode):
     """`with DispatchWatch(device) as w: ...` then `w.fallbacks` ({op: calls that took the
-    backend fallback}), `w.kinds` ({kind: calls}), `w.missing` and `w.key` (None where the
-    dispatcher cannot tell: the CPU, or a device type with no backend key)."""
+    backend fallback}), `w.kinds` ({kind: calls}), `w.missing`, `w.roundtrips` ({op: calls whose
+    own kernel copied across the host boundary}) and `w.key` (None where the dispatcher cannot
+    tell: the CPU, or a device type with no backend key; then nothing is measured)."""
 
     def __init__(self, device: str):
         super().__init__()
@@ -111,8 +173,12 @@ class DispatchWatch(TorchDispatchMode):
         self.kinds: Counter = Counter()
         self.fallbacks: Counter = Counter()
         self.missing: Counter = Counter()
-        self._composite: tuple | None = None  # the composite call being run, if any
+        self.roundtrips: Counter = Counter()
+        self.nested = 0  # calls on the device made inside a kernel of its own
+        self._running: tuple | None = None  # the call whose kernel runs under the watch, if any
+        self._frames: list[list] = []  # [op, crossed the host] of each enclosing kernel-kind call
         if self.key is not None:
+            self._backend = getattr(torch._C.DispatchKey, self.key)
             classify.cache_clear()  # kernels registered since the last watch (torch.library)
             composite_alias.cache_clear()
 
@@ -123,14 +189,32 @@ class DispatchWatch(TorchDispatchMode):
             return "none: " + ("the device is the CPU" if self.dev_type == "cpu" else "no key")
         return f"dispatcher, {self.key} key, {sum(self.kinds.values())} aten calls on the device"
 
+    @property
+    def roundtrip_source(self) -> str:
+        """What measured `roundtrips`, or "not measured: why"."""
+        if self.key is None:
+            return "not measured: " + self.source.removeprefix("none: ")
+        calls = sum(self.kinds.values())
+        return f"dispatcher nesting, {calls} aten calls on the device, {self.nested} inside its kernels"
+
+    def left_device(self) -> dict[str, int]:
+        """Calls that left the device by this record: fallbacks by op, round-trips by label."""
+        out = dict(self.fallbacks)
+        out.update((roundtrip_label(op), n) for op, n in self.roundtrips.items())
+        return out
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        on_device = _on_device(args, self.dev_type) or _on_device(kwargs, self.dev_type)
-        if self.key is None or not (on_device or _factory_device(kwargs) == self.dev_type):
+        tensor = _on_device(args, self.dev_type)
+        if tensor is None:
+            tensor = _on_device(kwargs, self.dev_type)
+        if self.key is None or (tensor is None and _factory_device(kwargs) != self.dev_type):
             return func(*args, **kwargs)
         name = op_name(func)
         kind = classify(name, self.key)
         self.kinds[kind] += 1
+        if self._frames:
+            self._inside_kernel(name, args, kwargs)
         if kind == FALLBACK:
             self.fallbacks[name] += 1
         elif kind == MISSING:
@@ -139,14 +223,39 @@ class DispatchWatch(TorchDispatchMode):
             # The composite's kernel, called by its alias key (asking for the backend key would
             # get the backend fallback: torch's callBoxedForDispatchKey skips the computed
             # table), with this watch pushed again so the composite's own calls come back here.
-            call = (func, tuple(map(id, args)))
-            if call == self._composite:  # the composite handed its own call back (aten::detach)
-                return func(*args, **kwargs)
             alias = getattr(torch._C.DispatchKey, composite_alias(name) or "")
-            outer, self._composite = self._composite, call
-            try:
-                with self:
-                    return func._op_dk(alias, *args, **kwargs)
-            finally:
-                self._composite = outer
+            return self._watched(func, args, kwargs, alias)
+        elif kind == KERNEL and not types and not is_transfer(name) and _plain(tensor, kwargs):
+            return self._watched(func, args, kwargs, self._backend, name)
         return func(*args, **kwargs)
+
+    def _inside_kernel(self, name: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        """A call made while a kernel of the device's own runs: a copy across the host boundary
+        marks the innermost such kernel."""
+        self.nested += 1
+        if is_transfer(name) and crosses_host(args, kwargs, self.dev_type):
+            self._frames[-1][1] = True
+
+    def _watched(self, func, args: tuple, kwargs: dict, key: Any, kernel: str | None = None):  # noqa: ANN001
+        """`func`'s kernel for `key`, run with this watch pushed again so the calls it makes come
+        back here; `kernel` (an op name) opens a frame for a kernel-kind call, counted in
+        `roundtrips` if a host copy marked it."""
+        call = (func, tuple(map(id, args)))
+        if call == self._running:  # the kernel handed its own call back (aten::detach)
+            return func(*args, **kwargs)
+        outer, self._running = self._running, call
+        frame = [kernel, False]
+        if kernel is not None:
+            self._frames.append(frame)
+        # Pushed straight onto the stack: `with self` would redo the mode flags the outer entry
+        # set, a cost on every kernel and composite call.
+        _push_mode(self)
+        try:
+            return func._op_dk(key, *args, **kwargs)
+        finally:
+            _pop_mode(None)
+            self._running = outer
+            if kernel is not None:
+                self._frames.pop()
+                if frame[1]:
+                    self.roundtrips[kernel] += 1

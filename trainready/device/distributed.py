@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from trainready.core.config import ConfigError
+from trainready.device.backends import adapter
 from trainready.device.runtime import _SINGLE_DEVICE, device_type
 
 
@@ -23,6 +24,9 @@ def default_pg_backend(device: str) -> str:
         raise ConfigError(
             f"unknown device {device!r} ({first}); no process-group backend to pick for it"
         ) from None
+    own = adapter(dev_type).pg_backend() if dev_type != "cpu" else None
+    if own is not None:
+        return own
     try:
         backend = dist.get_default_backend_for_device(dev_type)
     except (ValueError, RuntimeError) as e:
@@ -51,5 +55,6 @@ def rank_device(device: str, local_rank: int) -> str:
 def set_current_device(device: str) -> None:
     """Make `device` the current one of its type, so collectives and default allocations use it."""
     dev = torch.device(device)
-    if dev.type != "cpu" and dev.index is not None:
+    # A backend without a device guard has one current device: tensors name theirs anyway.
+    if dev.type != "cpu" and dev.index is not None and adapter(dev.type).has("device_guard"):
         torch.accelerator.set_device_index(dev.index)

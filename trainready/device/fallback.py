@@ -100,9 +100,20 @@ def parse_fallback_warnings(messages: list[str]) -> dict[str, int]:
     return found
 
 
+# torch_xla reads a scalar to the host (`.item()`, `bool(t)`) through its CPU fallback, so it
+# counts `aten::_local_scalar_dense`: a host read on every device, which the ops probe reports as
+# a host round-trip, not an op that should have run on the device.
+XLA_SCALAR_READ = "aten::_local_scalar_dense"
+
+
 def xla_fallback_counts(counters: dict[str, int]) -> dict[str, int]:
-    """torch_xla metrics counters -> the `aten::` ones (ops that ran on the CPU), non-zero."""
-    return {k: int(v) for k, v in counters.items() if k.startswith("aten::") and v}
+    """torch_xla metrics counters -> the `aten::` ones (ops that ran on the CPU), non-zero; the
+    scalar read (`XLA_SCALAR_READ`) left out."""
+    return {
+        k: int(v)
+        for k, v in counters.items()
+        if k.startswith("aten::") and v and k != XLA_SCALAR_READ
+    }
 
 
 def _xla_counters() -> dict[str, int]:
@@ -202,7 +213,10 @@ class FallbackWatch:
             return self
         if self.device_type == "xla":
             self._mode = "xla"
-            self.source = "torch_xla metrics aten:: counters"
+            self.source = (
+                "torch_xla metrics aten:: counters (ops its CPU fallback ran; scalar reads, "
+                f"{XLA_SCALAR_READ}, are host round-trips and counted as such)"
+            )
             self._before = xla_fallback_counts(_xla_counters())
             return self
         if self.device_type == "neuron":

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from trainready.device.backends import adapter
+from trainready.device.compat import accelerator_api
 from trainready.device.memory import _optional, _total_ram_bytes
 from trainready.device.runtime import GiB
 
@@ -89,10 +91,12 @@ def _accelerator_properties(dev: torch.device) -> dict[str, Any]:
     if name is None and dev.type == "mps":
         name = f"{_cpu_name()} (MPS)"  # the GPU is part of the Apple SoC the cpu names
     props: dict[str, Any] = {"name": name or dev.type}
-    mem_info = _optional(torch.accelerator.get_memory_info, dev)
+    get_memory_info = accelerator_api("get_memory_info")
+    mem_info = _optional(get_memory_info, dev) if get_memory_info else None
     if mem_info:
         props["total_memory"] = int(mem_info[1])
-    caps = _optional(torch.accelerator.get_device_capability, dev)
+    get_capability = accelerator_api("get_device_capability")
+    caps = _optional(get_capability, dev) if get_capability else None
     if caps and "supported_dtypes" in caps:
         props["supported_dtypes"] = sorted(
             str(d).removeprefix("torch.") for d in caps["supported_dtypes"]
@@ -120,7 +124,8 @@ def device_info(device: str) -> dict[str, Any]:
     elif dev.type == "xpu":
         info.update(_xpu_properties(dev.index or 0))
     else:
-        info.update(_accelerator_properties(dev))
+        own = adapter(dev.type).properties(dev)
+        info.update(_accelerator_properties(dev) if own is None else own)
     info["runtime"] = _runtime_versions()
     return info
 

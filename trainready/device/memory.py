@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from trainready.device.compat import accelerator_api
+
 
 # -- memory ---------------------------------------------------------------------------------------
 def _proc_status_bytes(field: str) -> int | None:
@@ -84,7 +86,7 @@ def memory_stats(device: str) -> dict[str, Any] | None:
     else:
 
         def query(api: str, *metrics: str) -> Any:
-            fn = getattr(torch.accelerator, api, None)
+            fn = accelerator_api(api)
             if fn is None:  # an older torch than the one this was written for
                 why = f"torch {torch.__version__} has no torch.accelerator.{api}"
                 unavailable.update(dict.fromkeys(metrics, why))

@@ -19,7 +19,7 @@ from trainready.device.fallback import fallback_watch
 from trainready.device.identity import device_info, device_key
 from trainready.device.memory import is_oom
 from trainready.device.reference import reference_rate
-from trainready.device.runtime import Timer, device_type, torch_dtype
+from trainready.device.runtime import Timer, device_type, step_boundary, torch_dtype
 from trainready.metrics.peaks import PEAKS, match_kind
 
 
@@ -30,6 +30,9 @@ def _time_matmuls(
     clock.start()
     for _ in range(count):
         torch.matmul(a, b, out=out)
+        # A lazy backend (xla) runs each product as its own graph: one graph of `count`
+        # products into one `out` would keep the last only (the others are dead code).
+        step_boundary(clock.device)
     return clock.stop()
 
 
@@ -141,7 +144,7 @@ def _host_fallbacks(device: str, dtype: torch.dtype) -> dict[str, int]:
     ops = _operands(64, dtype, device)
     with DispatchWatch(device) as kernels, fallback_watch(device) as vendor:
         _time_matmuls(*ops, 1, Timer(device))
-    both = dict(kernels.fallbacks)
+    both = kernels.left_device()  # fallbacks, and round-trips inside the device's kernels
     for op, n in vendor.ops.items():  # as probes.ops.fell_back, which the device layer can't use
         both[op] = max(n, both.get(op, 0))
     return both

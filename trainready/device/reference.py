@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from trainready.device.runtime import Timer, device_type, synchronize, torch_dtype
+from trainready.device.runtime import Timer, device_type, step_boundary, synchronize, torch_dtype
 
 # Small, so that every case can afford two readings: on 2 CPU cores a 512³ product takes 0.3-30
 # ms (idle to loaded); 1024³ keeps an accelerator's compute units busy (a few µs on a datacenter
@@ -52,5 +52,6 @@ def reference_rate(device: str, dtype: str) -> float:
         clock.start()
         for _ in range(count):
             torch.matmul(a, b, out=out)
+            step_boundary(device)  # each product its own graph on xla (see peak._time_matmuls)
         rates.append(2.0 * n**3 * count / clock.stop())
     return statistics.median(rates)

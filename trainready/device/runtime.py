@@ -6,13 +6,17 @@ so CUDA, ROCm, XPU, MPS and PrivateUse1 backends (e.g. Neuron) share one code pa
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from trainready.core.config import DTYPES, ConfigError
+from trainready.device.backends import REGISTERING_MODULES, adapter
+from trainready.device.capabilities import MissingCapability, not_native
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -59,6 +63,9 @@ def _backend_types() -> list[str]:
     for extra in (privateuse1 if hasattr(torch, privateuse1) else None, acc.type if acc else None):
         if extra and extra not in types:
             types.append(extra)
+    # A type whose adapter names the module registering it counts once that is imported
+    # (torch_xla: "xla" has neither a torch.xla module nor torch.accelerator).
+    types += [t for t, m in REGISTERING_MODULES.items() if m in sys.modules and t not in types]
     return types
 
 
@@ -67,13 +74,7 @@ def _device_count(dev_type: str) -> int:
     try:
         if dev_type == "mps":
             return int(torch.backends.mps.is_available())
-        acc = torch.accelerator.current_accelerator()
-        if acc is not None and acc.type == dev_type:
-            return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
-        module = getattr(torch, dev_type, None)
-        if module is None or not module.is_available():
-            return 0
-        return int(module.device_count())
+        return adapter(dev_type).device_count()
     except Exception:  # a half-installed vendor stack must not take the whole tool down
         return 0
 
@@ -125,10 +126,38 @@ def device_type(device: str) -> str:
 
 
 def synchronize(device: str) -> None:
-    """Wait for all queued work on the device; a no-op on the cpu, whose ops are synchronous."""
+    """Wait for all queued work on the device; a no-op on the cpu, whose ops are synchronous.
+
+    Through the device's adapter: `torch.accelerator.synchronize` where the backend has it, a
+    device-to-host copy of a scalar where it does not (`device/capabilities.py`), the stack's own
+    wait on a lazy backend (torch_xla)."""
     dev = torch.device(device)
     if dev.type != "cpu":
-        torch.accelerator.synchronize(dev)
+        adapter(dev.type).synchronize(dev)
+
+
+def device_capabilities(device: str) -> list[dict[str, str]]:
+    """What the device's backend lacks of the instruments trainready uses, and what stands in for
+    each (JSON records; device/capabilities.py). Empty on the CPU and where nothing is missing."""
+    dev = torch.device(device)
+    return [] if dev.type == "cpu" else not_native(adapter(dev.type).probe())
+
+
+def autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
+    """`torch.autocast` on the device to `dtype` ('bf16', 'fp16'); MissingCapability (the case is
+    unsupported) where the backend has no autocast."""
+    dev_type = device_type(device)
+    if not adapter(dev_type).has("autocast"):
+        raise MissingCapability(f"the {dev_type} backend has no autocast (bf16/fp16 autocast)")
+    return torch.autocast(dev_type, dtype=torch_dtype(dtype))
+
+
+def step_boundary(device: str) -> None:
+    """End of a training step: a lazy backend (torch_xla) compiles and runs the step's graph
+    here; an eager one has nothing to do."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        adapter(dev.type).step(dev)
 
 
 # -- timing ---------------------------------------------------------------------------------------
@@ -144,7 +173,7 @@ def _timing_events(device: str) -> tuple[torch.Event, torch.Event] | None:
     constructor but fail at `record` or `elapsed_time`.
     """
     dev = torch.device(device)
-    if dev.type == "cpu":
+    if dev.type == "cpu" or not adapter(dev.type).has("events"):
         return None
     try:
         start = torch.Event(device=dev, enable_timing=True)

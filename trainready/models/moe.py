@@ -26,12 +26,12 @@ Shapes are static whatever the routing (N * k rows, E offsets), so there is no h
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from trainready.device.compat import grouped_mm
 from trainready.models.blocks import MoE
 
-_TORCH_GROUPED_MM = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+_TORCH_GROUPED_MM = grouped_mm()  # F.grouped_mm, or torch._grouped_mm before torch 2.10
 _EAGER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _COMPILED_DTYPES = (torch.bfloat16,)
 _WORKS: dict[tuple[str, torch.dtype], bool] = {}  # (device type, dtype) -> torch's op ran

@@ -55,6 +55,9 @@ class CompileReport:
     frames_ok: int = 0
     graphs: int = 0
     compile_s: float = 0.0
+    # A lazy backend's own graph counts (torch_xla: graphs compiled, cache hits, executions), the
+    # analogue of recompiles for the graphs it builds under dynamo's: `device.counted`.
+    backend_counters: dict[str, float] = field(default_factory=dict)
 
     @property
     def eager_frames(self) -> int:
@@ -68,9 +71,11 @@ class CompileReport:
             "eager_frames": float(self.eager_frames),
             "graphs": float(self.graphs),
             "dynamo_compile_s": self.compile_s,
+            **self.backend_counters,
         }
 
     def to_json(self) -> dict[str, Any]:
+        backend = {"backend_counters": self.backend_counters} if self.backend_counters else {}
         return {
             "graph_breaks": self.graph_breaks,
             "break_reasons": self.break_reasons,
@@ -82,6 +87,7 @@ class CompileReport:
             "eager_frames": self.eager_frames,
             "graphs": self.graphs,
             "dynamo_compile_s": self.compile_s,
+            **backend,
         }
 
 
@@ -187,17 +193,23 @@ class _Capture(logging.Handler):
 
 
 class CompileProbe:
-    """`with CompileProbe() as probe: ...` then `probe.report` (a CompileReport)."""
+    """`with CompileProbe() as probe: ...` then `probe.report` (a CompileReport). Given the
+    `device`, the report also counts what its backend compiled itself (`backend_counters`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None) -> None:
         self.report = CompileReport()
         self._capture = _Capture()
+        # imported here: the reports read this module's keys and must not load torch
+        from trainready.device import counted  # noqa: PLC0415
+
+        self._counting = counted(device) if device else None
 
     def __enter__(self) -> CompileProbe:
         import torch
 
         self._before = _counters()
         self._times_before = len(_compile_seconds())
+        self._rose = self._counting.__enter__() if self._counting else {}
         torch._logging.set_logs(graph_breaks=True, recompiles=True)
         self._loggers = [logging.getLogger(GRAPH_BREAK_LOGGER), logging.getLogger(RECOMPILE_LOGGER)]
         for lg in self._loggers:
@@ -210,6 +222,9 @@ class CompileProbe:
         for lg in self._loggers:
             lg.removeHandler(self._capture)
         torch._logging.set_logs()
+        if self._counting:
+            self._counting.__exit__(None, None, None)
+            self.report.backend_counters = dict(self._rose)
         after = _counters()
 
         def delta(group: str) -> Counter:

@@ -20,6 +20,9 @@ CPU fallbacks come from two sources, kept apart:
   needs no vendor and sees the silent boxed CPU fallback of PrivateUse1 plugins;
 - the backend's own record, where it keeps one (`device.fallback_watch`: Neuron, XLA, the MPS /
   XPU / NPU warnings), which also sees fallbacks made inside a backend's own kernels.
+
+Apart from both: the ops whose own kernel copied to or from the host while it ran
+(`dispatch_roundtrips`, "host round-trip inside aten::X"), seen by the dispatcher watch's nesting.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainready.device import fallback_watch
-from trainready.device.dispatch import DispatchWatch
+from trainready.device.dispatch import DispatchWatch, device_types, roundtrip_label
 
 # Python-level calls that read device data on the host.
 HOST_CALLS = {
@@ -72,24 +75,16 @@ def user_site() -> str:
     return "?"
 
 
-def _devices(obj: Any, out: set[str]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out.add(obj.device.type)
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            _devices(o, out)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            _devices(o, out)
-
-
 def fell_back(record: dict[str, Any] | None) -> dict[str, int]:
     """Every op an `OpsReport.to_json()` record says fell back to the host, by either source,
-    with the larger of the two counts."""
+    with the larger of the two counts, and each op whose own kernel made a host round-trip (by
+    its label, "host round-trip inside aten::X")."""
     record = record or {}
     both = dict(record.get("dispatch_fallbacks") or {})
     for op, n in (record.get("fallbacks") or {}).items():
         both[op] = max(n, both.get(op, 0))
+    for op, n in (record.get("dispatch_roundtrips") or {}).items():
+        both[roundtrip_label(op)] = n
     return both
 
 
@@ -111,13 +106,20 @@ class OpsReport:
     dispatch_fallbacks: Counter = field(default_factory=Counter)  # "aten::add.out" -> calls
     dispatch_missing: Counter = field(default_factory=Counter)  # ops with no kernel at all
     dispatch_source: str = ""
+    # Calls of each op whose own kernel copied across the host boundary (dispatcher nesting).
+    dispatch_roundtrips: Counter = field(default_factory=Counter)
+    roundtrip_source: str = "not measured: the ops probe did not run"
     recorded: bool = True  # False: the probe could not watch the region (`unrecorded`)
 
     @classmethod
     def unrecorded(cls, device: str, why: str) -> OpsReport:
         """The report of a region the probe could not watch: no source measured it (`why`)."""
         return cls(
-            device, fallback_source=f"none: {why}", dispatch_source=f"none: {why}", recorded=False
+            device,
+            fallback_source=f"none: {why}",
+            dispatch_source=f"none: {why}",
+            roundtrip_source=f"not measured: {why}",
+            recorded=False,
         )
 
     @property
@@ -128,7 +130,7 @@ class OpsReport:
         """Counts, only where the probe watched the region (no count is a claim otherwise)."""
         if not self.recorded:
             return {}
-        return {
+        out = {
             "aten_ops": float(sum(self.ops.values())),
             "unique_aten_ops": float(len({k.split("@")[0] for k in self.ops})),
             "host_round_trips": float(self.host_round_trips),
@@ -136,6 +138,9 @@ class OpsReport:
                 len(self.fallbacks.keys() | self.dispatch_fallbacks.keys()) + len(self.host_ops)
             ),
         }
+        if self.dispatch_key is not None:  # measured only where the dispatcher watched
+            out["kernel_roundtrip_ops"] = float(len(self.dispatch_roundtrips))
+        return out
 
     def fell_back(self) -> dict[str, int]:
         return fell_back(self.to_json())
@@ -160,6 +165,8 @@ class OpsReport:
             "dispatch_fallbacks": dict(self.dispatch_fallbacks.most_common()),
             "dispatch_missing": dict(self.dispatch_missing),
             "dispatch_source": self.dispatch_source,
+            "dispatch_roundtrips": dict(self.dispatch_roundtrips.most_common()),
+            "roundtrip_source": self.roundtrip_source,
             "recorded": self.recorded,
         }
 
@@ -172,12 +179,10 @@ class _Dispatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        ins: set[str] = set()
-        _devices((args, kwargs), ins)
+        ins = device_types((args, kwargs), set())
         out = func(*args, **kwargs)
         name = str(func.overloadpacket)
-        outs: set[str] = set()
-        _devices(out, outs)
+        outs = device_types(out, set())
         r = self.r
         for d in sorted(ins | outs) or ["none"]:
             r.ops[f"{name}@{d}"] += 1
@@ -220,16 +225,18 @@ class OpsProbe:
         self._watch.__enter__()
         self._functions = _Functions(self.report)
         self._dispatch = _Dispatch(self.report)
-        # Innermost, so it sees each call after the counting mode passed it on.
+        # Outermost of the dispatch modes, so it is called last, after the counting mode saw the
+        # call: it runs composite and kernel-kind calls itself (skipping the modes above it) to
+        # see the calls they make.
         self._kernels = DispatchWatch(self.report.device)
         self._functions.__enter__()
-        self._dispatch.__enter__()
         self._kernels.__enter__()
+        self._dispatch.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._kernels.__exit__(*exc)
         self._dispatch.__exit__(*exc)
+        self._kernels.__exit__(*exc)
         self._functions.__exit__(*exc)
         self._watch.__exit__(*exc)
         r, k = self.report, self._kernels
@@ -237,3 +244,4 @@ class OpsProbe:
         r.fallback_complete = self._watch.complete
         r.dispatch_key, r.dispatch_source = k.key, k.source
         r.dispatch_kinds, r.dispatch_fallbacks, r.dispatch_missing = k.kinds, k.fallbacks, k.missing
+        r.dispatch_roundtrips, r.roundtrip_source = k.roundtrips, k.roundtrip_source

@@ -71,6 +71,7 @@ def benchmark(
     max_time_s: float | None = None,
 ) -> TimingStats:
     """Time `fn()` on `device`: `warmup` untimed calls, then `repeats` individually timed ones.
+    What `fn` returns is kept until its call's wait has returned.
 
     `flush_l2` evicts the device cache before each timed repeat (outside the timed region), so
     every repeat reads its inputs from memory as a cold call would. `min_run_s` keeps repeating
@@ -88,8 +89,9 @@ def benchmark(
         if _out_of_time(started, max_time_s, last_s):
             break
         t0 = time.perf_counter()
-        fn()
+        result = fn()  # held until the wait: see the timed loop
         synchronize(device)
+        del result
         last_s = time.perf_counter() - t0
 
     samples: list[float] = []
@@ -102,8 +104,11 @@ def benchmark(
         if flush_l2:
             flush_cache(device)
         clock.start()
-        fn()
+        # Held until the clock stops: a lazy backend (xla) runs only the graphs of tensors still
+        # alive at its step boundary, so a result dropped here would never be computed.
+        result = fn()
         samples.append(clock.stop())
+        del result
         timed_total += samples[-1]
         last_s = time.perf_counter() - t0
     return TimingStats.from_samples(samples, clock.clock)

@@ -21,9 +21,19 @@ from itertools import compress, repeat
 from operator import is_not
 from typing import Any, Union
 
-import msgspec
 import numpy as np
-from msgspec import UNSET, Raw, field
+
+from trainready.core.config import ConfigError
+
+try:
+    import msgspec
+    from msgspec import UNSET, Raw, field
+except ModuleNotFoundError as e:  # e.g. a vendor's image: one line from analyze/explore, and
+    # `run train --profile` records it as its summary's error; never a traceback
+    raise ConfigError(
+        "reading a profiler trace needs msgspec, which is not installed (pip install msgspec; "
+        "where nothing can be fetched, carry its wheel: benchmarks/gpu_checks.sh --fetch-wheels)"
+    ) from e
 
 from trainready.profile.schema import (
     _KIND_OF_CAT,

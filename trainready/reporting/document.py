@@ -15,7 +15,15 @@ from trainready.reporting.blocks import (
     Text,
     num,
 )
-from trainready.reporting.model import NOT_RUN, Comparison, Report, RunView, StatusChange, finite
+from trainready.reporting.model import (
+    NOT_RUN,
+    Comparison,
+    Report,
+    RunView,
+    StatusChange,
+    clip,
+    finite,
+)
 from trainready.reporting.sections import headlines, suite_section
 
 # Where the readiness criteria are written down (the thresholds: trainready/reporting/verdict.toml).
@@ -48,6 +56,7 @@ def summary(report: Report) -> list[Section]:
         by_suite(report),
         causes(report),
         gaps(report),
+        *capabilities(report),
         *(comparison(c) for c in report.comparisons),
     ]
 
@@ -257,6 +266,29 @@ def gaps(report: Report) -> Section:
     empty = "Every planned case ran: none unsupported, skipped or not run."
     table = Table(_cause_columns(report), rows, caption, empty=empty)
     return Section("Not supported / skipped", [table], "gaps")
+
+
+def capabilities(report: Report) -> list[Section]:
+    """What each run's device backend lacks of the instruments trainready uses, and what stood in
+    (a substitute) or went unmeasured: shown only where something is missing. Runs stored before
+    the probe existed have no record, and are not listed. The backend's message is cut to a line
+    here; the environment section has it whole."""
+    rows = [
+        [run.label, c.get("name"), c.get("status"), c.get("how"), clip(c.get("why") or "", 90)]
+        for run in report.runs
+        for c in run.record.env.get("device_capabilities") or ()
+    ]
+    if not rows:
+        return []
+    columns = [Column("run"), Column("capability"), Column("status"), Column("instead"),
+               Column("backend said")]  # fmt: skip
+    if not report.multi:
+        columns, rows = columns[1:], [row[1:] for row in rows]
+    caption = (
+        "Capabilities the backend lacks: trainready used the stated substitute, or did not "
+        "measure what needed it; no case fails for these (docs/devices.md)"
+    )
+    return [Section("Device capabilities", [Table(columns, rows, caption)], "capabilities")]
 
 
 def _left_out(by_suite: dict[str, int], run: RunView) -> str:

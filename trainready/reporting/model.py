@@ -44,10 +44,18 @@ def reason(result: Result) -> str:
             continue
         # A traceback's first line says nothing; the exception is on its last.
         line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-        if len(line) > REASON_MAX_CHARS:
-            line = line[: REASON_MAX_CHARS - 1] + "…"
-        return line
+        return clip(line, REASON_MAX_CHARS)
     return ""
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, the last an ellipsis where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _by_suite(counts: Counter) -> dict[str, int]:
+    # Sorted: the counter was built from a set difference, whose order varies with the hash seed.
+    return dict(sorted(counts.items()))
 
 
 def finite(value: object) -> bool:
@@ -332,5 +340,11 @@ def compare(
                 if finite(a) and finite(b):
                     deltas.append(MetricDelta(cid, suite, m, float(b), float(a)))
     return Comparison(
-        primary, reference, changes, deltas, len(shared), dict(only_primary), dict(only_reference)
+        primary,
+        reference,
+        changes,
+        deltas,
+        len(shared),
+        _by_suite(only_primary),
+        _by_suite(only_reference),
     )

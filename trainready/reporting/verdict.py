@@ -259,6 +259,19 @@ def numerics(run: RunView, rules: dict[str, Any]) -> _Finding:
 FALLBACK_SUITES = ("parity", "matmul", "train")
 
 
+def _named(ops: list[str]) -> str:
+    return ", ".join(ops[:NAMED_OPS]) + (f" (+{len(ops) - NAMED_OPS})" if len(ops) > 4 else "")
+
+
+def _roundtrips_text(record: host_section.Fallbacks, trips: list[str]) -> str:
+    """The kernels that made host round-trips, none, or that nothing measured them."""
+    if not record.roundtrip_cases:
+        return f"host round-trips inside kernels not measured ({record.roundtrip_gap()})"
+    if trips:
+        return f"{_named(trips)} ({record.roundtrip_sources()})"
+    return f"no host round-trip inside the device's kernels ({record.roundtrip_sources()})"
+
+
 def host_fallbacks(run: RunView, rules: dict[str, Any]) -> _Finding:
     present = [s for s in FALLBACK_SUITES if s in run.suites]
     if not present:
@@ -273,13 +286,13 @@ def host_fallbacks(run: RunView, rules: dict[str, Any]) -> _Finding:
     if not record.measured:
         return _Finding(NOT_TESTED, f"unknown: {record.stat().note}", where)
     ops = sorted(record.fallback_ops)
-    level = _lower(len(ops), rules["ready_max_ops"], rules["partial_max_ops"])
+    trips = sorted(record.roundtrip_ops)  # host work hidden in the device's own kernels
+    level = _lower(len(ops) + len(trips), rules["ready_max_ops"], rules["partial_max_ops"])
     if ops:
-        named = ", ".join(ops[:NAMED_OPS]) + (f" (+{len(ops) - NAMED_OPS})" if len(ops) > 4 else "")
-        text = f"{fmt.plural(len(ops), 'op')} fell back to the host: {named}"
+        text = f"{fmt.plural(len(ops), 'op')} fell back to the host: {_named(ops)}"
     else:
         text = "no op fell back to the host"
-    text += f" ({record.sources()})"
+    text += f" ({record.sources()}); {_roundtrips_text(record, trips)}"
     if "parity" not in run.suites and level == READY:
         return _Finding(PARTIAL, f"parity (training's ops) not run; {text}", where)
     return _Finding(level, text, where)

@@ -77,8 +77,7 @@ def test_neuron_names_get_the_aten_namespace():
 
 def test_xla_counters_keep_the_aten_ones_only():
     record = json.loads(_text("xla_counters.json"))
-    assert xla_fallback_counts(record["after"]) == {
-        "aten::_local_scalar_dense": 26,
+    assert xla_fallback_counts(record["after"]) == {  # scalar reads left out: host round-trips
         "aten::silu_out": 64,
         "aten::nonzero": 2,
     }

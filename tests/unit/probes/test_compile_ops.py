@@ -123,8 +123,9 @@ def test_unrelated_warnings_are_not_fallbacks():
 
 
 def test_xla_counters_keep_nonzero_aten_ops_only():
+    # the scalar read (_local_scalar_dense, 20 here) is a host round-trip, not a fallback
     counters = json.loads((DATA / "xla_counters.json").read_text())
-    assert xla_fallback_counts(counters) == {"aten::_local_scalar_dense": 20, "aten::nonzero": 2}
+    assert xla_fallback_counts(counters) == {"aten::nonzero": 2}
 
 
 def test_fallback_watch_catches_warnings_on_an_accelerator_type():

@@ -70,6 +70,48 @@ def test_benchmark_flushes_before_each_timed_repeat_only(monkeypatch):
     assert events == ["fn", "fn"] + ["flush", "fn"] * 3
 
 
+def test_benchmark_keeps_each_result_until_its_wait(monkeypatch):
+    """A lazy backend (xla) computes only what is alive at its step boundary: a result dropped
+    before the clock stops would be timed as no work at all."""
+    import weakref
+
+    class Result:
+        pass
+
+    alive_at_wait: list[bool] = []
+    last: list[weakref.ref] = []
+
+    def fn() -> Result:
+        r = Result()
+        last[:] = [weakref.ref(r)]
+        return r
+
+    monkeypatch.setattr(
+        timing, "synchronize", lambda device: alive_at_wait.append(last[0]() is not None)
+    )
+    monkeypatch.setattr(timing, "Timer", _WaitingTimer.factory(alive_at_wait, last))
+    benchmark(fn, "cpu", warmup=2, repeats=3, flush_l2=False)
+    assert alive_at_wait == [True] * 5
+
+
+class _WaitingTimer:
+    """A Timer whose stop() records whether the last result is still alive, as a wait would."""
+
+    def __init__(self, seen: list[bool], last: list):
+        self.seen, self.last, self.clock = seen, last, "wall"
+
+    @classmethod
+    def factory(cls, seen: list[bool], last: list):
+        return lambda device: cls(seen, last)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> float:
+        self.seen.append(self.last[0]() is not None)
+        return 0.001
+
+
 def test_benchmark_time_cap_stops_early_but_times_once(clock):
     calls = []
 

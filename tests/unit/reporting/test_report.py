@@ -52,13 +52,16 @@ def _failed(case: Case, status: str, phase: str, **diagnostics: str) -> Result:
     return Result(case, status, {}, diagnostics, phase, 0.0, 1.5)
 
 
-def _run(store: Store, run_id: str, name: str, planned: int, results: list[Result]) -> None:
+def _run(
+    store: Store, run_id: str, name: str, planned: int, results: list[Result], **extra_env
+) -> None:
     env = {
         "python": "3.11.9",
         "torch": "2.13.0",
         "device": {"name": name, "memory_gb": 141},
         "env_vars": {"HF_TOKEN": "hf_do_not_leak", "CUDA_VISIBLE_DEVICES": "0"},
         "git_sha": "abc1234",
+        **extra_env,
     }
     record = RunRecord(
         run_id, 1.7e9, ["matmul"], name.lower(), "quick", "bf16", env=env, planned=planned
@@ -387,3 +390,22 @@ def test_matmul_mfu_headline_is_per_m_with_its_spread_or_inconclusive():
     assert noisy.why.startswith("timed repeats (median over the cases) spread 45%")
     too_high = mfu_at_m([timed(1.3, 0.01), timed(0.3, 0.01)])
     assert too_high.why.startswith("1 case above 100% MFU: the measured peak is too low")
+
+
+def test_capabilities_the_backend_lacks_are_listed_with_what_stood_in(tmp_path):
+    lacking = [
+        {"name": "synchronize", "status": "substitute", "why": "RuntimeError: no sync",
+         "how": "device-to-host copy of a scalar"},
+        {"name": "memory_stats", "status": "absent", "why": "RuntimeError: no stats",
+         "how": "device memory is not measured"},
+    ]  # fmt: skip
+    with Store(tmp_path) as s:
+        young = [_matmul(C_FWD1, 0.5, "measured")]
+        _run(s, "young", "emu", 1, young, device_capabilities=lacking)
+        md = render(s, ["young"], "md")
+        _run(s, "full", "H200", 1, [_matmul(C_FWD1, 0.5, "measured")])
+        full = render(s, ["full"], "md")
+    section = md.split("## Device capabilities")[1].split("\n## ")[0]
+    assert "device-to-host copy of a scalar" in section and "RuntimeError: no sync" in section
+    assert "memory_stats" in section and "device memory is not measured" in section
+    assert "## Device capabilities" not in full  # nothing missing, nothing listed

@@ -173,16 +173,19 @@ def test_numerics_counts_only_cases_that_reached_a_numerics_check():
 # --- host fallbacks -------------------------------------------------------------------------------
 
 
-def _ops(**fallbacks: int) -> dict:
-    return {"device": "foo:0", "dispatch_key": "PrivateUse1", "dispatch_fallbacks": fallbacks}
+def _ops(roundtrips: dict[str, int] | None = None, **fallbacks: int) -> dict:
+    record = {"device": "foo:0", "dispatch_key": "PrivateUse1", "dispatch_fallbacks": fallbacks}
+    record["dispatch_kinds"] = {"kernel": 40, "composite": 10}
+    return record if roundtrips is None else {**record, "dispatch_roundtrips": roundtrips}
 
 
 def test_host_fallbacks_from_the_dispatcher_record():
-    none = _parity_run(["pass"] * 3, [], ops=_ops())
+    none = _parity_run(["pass"] * 3, [], ops=_ops({}))
     line = _line(_run(none), "host_fallbacks")
     assert (line.status, line.reason) == (
         READY,
-        "no op fell back to the host (dispatcher over 3 cases)",
+        "no op fell back to the host (dispatcher over 3 cases); no host round-trip inside the "
+        "device's kernels (dispatcher nesting over 3 cases, 150 aten calls)",
     )
     few = _parity_run(["pass"] * 3, [], ops=_ops(**{"aten::mm": 4, "aten::add.out": 1}))
     line = _line(_run(few), "host_fallbacks")
@@ -191,6 +194,27 @@ def test_host_fallbacks_from_the_dispatcher_record():
     many = _parity_run(["pass"], [], ops=_ops(**{f"aten::op{i}": 1 for i in range(11)}))
     line = _line(_run(many), "host_fallbacks")
     assert line.status == NOT_READY and "(+7)" in line.reason
+
+
+def test_a_host_round_trip_inside_a_kernel_is_not_no_host_fallbacks():
+    planted = _parity_run(["pass"] * 2, [], ops=_ops({"aten::mul.Tensor": 3}))
+    line = _line(_run(planted), "host_fallbacks")
+    assert line.status == PARTIAL
+    assert line.reason == (
+        "no op fell back to the host (dispatcher over 2 cases); host round-trip inside "
+        "aten::mul.Tensor (dispatcher nesting over 2 cases, 100 aten calls)"
+    )
+
+
+def test_host_round_trips_not_measured_are_said_so():
+    # A record from before the rule, and compiled cases (no ops record): "not measured".
+    old = _parity_run(["pass"], [], ops=_ops()) + _parity_run([], ["pass"], ops=None)
+    line = _line(_run(old), "host_fallbacks")
+    assert line.status == READY
+    assert line.reason.endswith(
+        "host round-trips inside kernels not measured (1 case: recorded before the rule; 1 "
+        "case: no ops record (a compiled case, or one that ended before its eager step))"
+    )
 
 
 def test_host_fallbacks_unknown_is_not_tested_and_the_cpu_has_none():

@@ -205,6 +205,7 @@ def headlines(run: RunView) -> list[Stat]:
     fallbacks = host.collect(run.in_suite(SUITE), _case_id)
     if not fallbacks.on_cpu:
         stats.append(fallbacks.stat("matmul host-fallback ops"))
+        stats.append(fallbacks.roundtrip_stat("matmul host round-trips inside kernels"))
     return stats
 
 

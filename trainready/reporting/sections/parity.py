@@ -161,7 +161,7 @@ def headlines(run: RunView) -> list[Stat]:
         ),
         Stat("parity numerics failures", numerics, fmt.number, "cases wrong against float64"),
         graph_breaks_stat(results),
-        host.collect(results, _model).stat(),
+        *host.host_stats(host.collect(results, _model)),
     ]
     return stats
 

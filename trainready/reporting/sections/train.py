@@ -263,6 +263,7 @@ def headlines(run: RunView) -> list[Stat]:
     fallbacks = host.collect(_with_data(run), _case_name)
     if fallbacks.cases and not fallbacks.on_cpu:
         stats.append(fallbacks.stat("train host-fallback ops"))
+        stats.append(fallbacks.roundtrip_stat("train host round-trips inside kernels"))
     return stats
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from trainready.device import step_boundary
 from trainready.probes.numerics import Verdict, judge_many, noise_rmse
 
 SEED = 0
@@ -159,11 +160,13 @@ def train(
         ys = local_slice(y, rank).to(device=device, dtype=torch.float32)
         loss = loss_fn(model(xs), ys)
         loss.backward()
+        step_boundary(device)  # a lazy backend (xla) runs forward and backward before the reads
         out[f"step{step}/loss"] = loss_avg(loss.detach()).cpu()
         for name, p in model.named_parameters():
             out[f"step{step}/grad/{_plain(name)}"] = full(p.grad).detach().cpu()
         opt.step()
         opt.zero_grad()
+        step_boundary(device)
     for name, p in model.named_parameters():
         out[f"final/{_plain(name)}"] = full(p).detach().cpu()
     return out

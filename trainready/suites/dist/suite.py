@@ -29,7 +29,7 @@ for a reason that is not the device's -- an op that needs more ranks than the ru
 this torch build does not have (`torch.distributed._token_switch`, DTensor's Shard -> Partial).
 
 Options: `nproc` (default 2; on an accelerator at most the devices there are), `pg_backend`,
-`compile_backend` (the compiled FSDP2 cases; default inductor).
+`compile_backend` (the compiled FSDP2 cases; default the device's: inductor, openxla on xla).
 
 Metrics of collectives: size_bytes, time_us (the slowest rank's median), algbw_gbps, busbw_gbps
 (GB/s, 1e9 bytes; 0 on one rank for all but broadcast and point-to-point, where nccl-tests'
@@ -44,11 +44,16 @@ from typing import Any
 
 import torch
 
-from trainready.core.config import ConfigError, RunConfig
 from trainready.core.case import Case, Outcome
+from trainready.core.config import ConfigError, RunConfig
 from trainready.core.context import CaseContext
-from trainready.device import available_devices, default_pg_backend, device_type
 from trainready.core.launch import LaunchError, LaunchResult, RankPool
+from trainready.device import (
+    available_devices,
+    default_compile_backend,
+    default_pg_backend,
+    device_type,
+)
 from trainready.probes.compile import backend_unsupported
 from trainready.suites.dist.collectives import OPS, busbw_factor
 
@@ -329,7 +334,8 @@ def execute(case: Case, ctx: CaseContext, target: str = RANK_TARGET) -> Outcome:
     except ConfigError as e:  # no process-group backend for this device
         return Outcome("unsupported", diagnostics={"reason": str(e)})
     if case.params.get("compile"):  # known before the ranks try (as parity and train say it)
-        why = backend_unsupported(ctx.options.get("compile_backend") or "inductor", ctx.device)
+        chosen = ctx.options.get("compile_backend") or default_compile_backend(ctx.device)
+        why = backend_unsupported(chosen, ctx.device)
         if why:
             return Outcome("unsupported", diagnostics={"reason": why, "backend": backend})
     try:

@@ -4,7 +4,7 @@
 - `fsdp2`: `fully_shard` on every block and the root; gradients and parameters gathered with
   `full_tensor()`. `mp: "bf16"` adds `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`,
   judged at bf16 against a single process computing in bf16; `compile: true` wraps the sharded
-  model in `torch.compile` (backend from the run's `compile_backend`, default inductor), with or
+  model in `torch.compile` (backend from the run's `compile_backend`, default the device's), with or
   without the bf16 policy. A compiled case records what dynamo did (graphs, frames, graph breaks,
   recompiles, compile time: the compile probe) and is `fail_run` when it compiled no graph at all,
   since it would then have tested eager FSDP2 under another name.
@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from trainready.core.launch import RankEnv
+from trainready.device import default_compile_backend
 from trainready.probes.compile import CompileProbe, CompileReport
 from trainready.suites.dist import models
 
@@ -76,7 +77,7 @@ def _train_compiled(
     # counts) its own instead of meeting their guards.
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
-    with CompileProbe() as probe:
+    with CompileProbe(env.device) as probe:
         record = _train(env, compiled)
     report = probe.report
     if report.graphs == 0:
@@ -94,7 +95,7 @@ def run_case(env: RankEnv, name: str, params: dict[str, Any], options: dict[str,
     compiled: CompileReport | None = None
     if params.get("compile"):
         env.phase("train (first step compiles)")
-        backend = options.get("compile_backend") or "inductor"
+        backend = options.get("compile_backend") or default_compile_backend(env.device)
         record, compiled = _train_compiled(env, wrapped, backend)
     else:
         env.phase("train")

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainready.device import synchronize, torch_dtype
+from trainready.device import autocast, step_boundary, synchronize
 from trainready.models.task import cast_batch
 from trainready.probes import ties
 from trainready.suites.parity.models import after_step, aux_loss
@@ -91,8 +91,7 @@ class TaskData:
 
 def _autocast(spec: Spec) -> contextlib.AbstractContextManager:
     if spec.dtype in ("bf16", "fp16"):
-        dev_type = torch.device(spec.device).type
-        return torch.autocast(dev_type, dtype=torch_dtype(spec.dtype))
+        return autocast(spec.device, spec.dtype)
     return contextlib.nullcontext()
 
 
@@ -185,6 +184,9 @@ def train(
         loss, logits, aux = forward_loss(fn, m, d, spec)
         loss.backward()
         if step == 0:
+            # A lazy backend (xla) runs forward and backward here, so the reads below take
+            # values rather than compiling a graph per tensor read.
+            step_boundary(spec.device)
             first["loss"], first["logits"] = _cpu(loss), _cpu(logits)
             first["aux"] = None if aux is None else _cpu(aux)
             first["grads"] = {
@@ -192,6 +194,7 @@ def train(
             }
         opt.step()
         after_step(m)
+        step_boundary(spec.device)  # the step's graph runs here on a lazy backend (xla)
         synchronize(spec.device)
         times.append(time.perf_counter() - t0)
         curve.append(float(loss.detach().double().cpu()))

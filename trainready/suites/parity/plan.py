@@ -15,12 +15,12 @@ from typing import Any
 
 from trainready.core.case import Case
 from trainready.core.config import RunConfig
+from trainready.device import default_compile_backend
 from trainready.models.zoo.families import MODALITIES
 from trainready.suites.parity.models import hf_modality, zoo_module
 
 NAME = "parity"
 MODES = ("eager", "compile")
-DEFAULT_BACKEND = "inductor"
 STEPS = 20
 SEED = 0
 # The smoke preset's Hugging Face types: one dense decoder and one MoE.
@@ -85,7 +85,9 @@ def _case(name: str, params: dict[str, Any], mode: str, dtype: str, cfg: RunConf
     # counts under its modality
     params["modality"] = declared_modality(params)
     if mode == "compile":
-        params["compile_backend"] = cfg.options.get("compile_backend") or DEFAULT_BACKEND
+        # the device's own default where the user chose none (openxla on xla, else inductor)
+        chosen = cfg.options.get("compile_backend")
+        params["compile_backend"] = chosen or default_compile_backend(cfg.device)
     return Case(NAME, f"{name}/{mode}/{dtype}", params)
 
 

@@ -52,7 +52,7 @@ import torch
 from trainready.core.case import Case, Outcome
 from trainready.core.concurrency import cpu_threads
 from trainready.core.context import CaseContext, Unsupported
-from trainready.device import device_type, is_oom
+from trainready.device import counted, device_type, is_oom
 from trainready.models.zoo.families import MODALITIES
 from trainready.probes import ties
 from trainready.probes.compile import (
@@ -221,7 +221,7 @@ def _eager(
     out.diagnostics["ops"] = _ops_json(ops)
     out.metrics |= ops.metrics()
     try:
-        with phase("train"), around or contextlib.nullcontext():
+        with phase("train"), around or contextlib.nullcontext(), counted(spec.device) as graphs:
             if shared is None:
                 dev = train(subject.model, data, spec)
             else:
@@ -231,6 +231,9 @@ def _eager(
             _determinism(probed, first_step(subject.model, data, spec), out)
         raise
     _determinism(probed, dev, out)
+    if graphs:  # a lazy backend's graphs of the run (xla): its recompiles, if it keeps counting
+        out.diagnostics["backend_counters"] = graphs
+        out.metrics |= graphs
     return dev
 
 
@@ -265,7 +268,7 @@ def _compiled(subject: Subject, data: Data, spec: Spec, ctx: CaseContext, out: O
         ctx.set_phase("compile")
         raise Unsupported(why)
     torch._dynamo.reset()
-    probe = CompileProbe()
+    probe = CompileProbe(spec.device)
     out.diagnostics[FIRST_COMPILE_KEY] = first_compile_in_process(spec.device, spec.compile_backend)
     failed_in = "compile"
     try:

@@ -55,11 +55,13 @@ from torch import nn
 from trainready.core.config import ConfigError, check_choice
 from trainready.device import (
     Timer,
+    autocast,
     device_type,
     memory_stats,
     reference_rate,
     reference_workload,
     reset_peak_memory,
+    step_boundary,
     synchronize,
 )
 from trainready.metrics.flops import training_flops_per_token
@@ -246,7 +248,7 @@ class Step:
 
 def _autocast(spec: TrainSpec, device: str) -> contextlib.AbstractContextManager:
     if spec.dtype == "bf16" and spec.precision == "autocast":
-        return torch.autocast(device_type(device), dtype=torch.bfloat16)
+        return autocast(device, "bf16")
     return contextlib.nullcontext()
 
 
@@ -363,6 +365,7 @@ def _ops_step(step: Step, tokens: torch.Tensor, device: str) -> dict[str, Any]:
     After the timed steps, so the probe's dispatch overhead touches no figure."""
     with OpsProbe(device) as probe:
         step(tokens)
+        step_boundary(device)
     record = probe.report.to_json()
     record["ops"] = dict(list(record["ops"].items())[:OPS_KEPT])
     return record
@@ -396,7 +399,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
     timer = Timer(device)
     step_times: list[float] = []
     pending: list[torch.Tensor] = []
-    with CompileProbe() as probe:
+    with CompileProbe(device) as probe:
         step, loss0, first_step_s, parts = first_step(model, spec, device, batch, world)
         # The drift reference, read after the first step (off its clock; step 1 is warm-up when
         # warmup >= 1) and after the last: the machine's speed around this process's steps.
@@ -405,6 +408,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
             tokens = batch(i)
             timer.start()
             pending.append(step(tokens))
+            step_boundary(device)  # a lazy backend (xla) compiles and runs the step here
             step_times.append(timer.stop())
         reference.append(_reference_reading(device, spec.dtype))
     losses = [loss0, *(x.item() for x in pending)]
@@ -447,9 +451,13 @@ class CompileFailure(RuntimeError):
 
 
 def failure_kind(exc: BaseException) -> str:
-    """ "compile" (raised by Dynamo or Inductor, or a backend they wrapped), "oom" or "run"."""
+    """ "compile" (raised by Dynamo or Inductor, or a backend they wrapped), "oom", "unsupported"
+    (the backend lacks what the run needs: autocast) or "run"."""
+    from trainready.core.context import is_unsupported
     from trainready.device import is_oom
 
+    if is_unsupported(exc):
+        return "unsupported"
     if isinstance(exc, CompileFailure):
         return "compile"
     if is_oom(exc):

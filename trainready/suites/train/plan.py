@@ -14,7 +14,7 @@ from typing import Any
 
 from trainready.core.case import Case
 from trainready.core.config import ConfigError, RunConfig
-from trainready.device import device_type
+from trainready.device import default_compile_backend, device_type
 from trainready.suites.train.loop import TrainSpec
 
 NAME = "train"
@@ -86,7 +86,7 @@ def _base_params(cfg: RunConfig) -> dict[str, Any]:
         "dtype": cfg.dtype or DEFAULT_DTYPE,
         "precision": str(opts.get("precision", "autocast")),
         "compile": str(opts.get("compile", "blocks")),
-        "compile_backend": str(opts.get("compile_backend", "inductor")),
+        "compile_backend": str(opts.get("compile_backend") or default_compile_backend(cfg.device)),
         "ac": _flag(opts, "ac"),
         "lr": _number(opts, "lr", float),
         "arch_change": str(opts.get("arch_change", "activation")),

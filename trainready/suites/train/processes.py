@@ -35,7 +35,13 @@ from trainready.suites.train.scenario import Scenario
 LOG_TAIL_CHARS = 3000
 
 
-_KIND_STATUS = {"compile": "fail_compile", "oom": "oom", "run": "fail_run", "error": "fail_run"}
+_KIND_STATUS = {
+    "compile": "fail_compile",
+    "oom": "oom",
+    "run": "fail_run",
+    "error": "fail_run",
+    "unsupported": "unsupported",
+}
 
 
 def _tail(path: Path) -> str:
@@ -177,7 +183,6 @@ def run_ranks(
         rank, error = res.first_error
         kind = "compile" if error.startswith("CompileFailure") else res.kinds[rank]
         s.status = _KIND_STATUS.get(kind or "error", "unsupported")
-        s.status = "unsupported" if kind == "unsupported" else s.status
         s.error = f"rank {rank}: {error}"
     else:
         s.status, s.error = "crash", f"ranks lost: {', '.join(res.status)}"

@@ -58,9 +58,11 @@ def _fingerprint(sources: Sequence[Path], cflags: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_dir(name: str, sources: Sequence[Path], root: Path | None = None) -> Path:
+def build_dir(
+    name: str, sources: Sequence[Path], root: Path | None = None, cflags: Sequence[str] = ()
+) -> Path:
     version = torch.__version__.replace("+", "_")
-    return (root or cache_root()) / f"{name}-{version}-{_fingerprint(sources, CFLAGS)}"
+    return (root or cache_root()) / f"{name}-{version}-{_fingerprint(sources, (*CFLAGS, *cflags))}"
 
 
 @contextlib.contextmanager
@@ -93,17 +95,20 @@ def load(
     python_module: bool = False,
     csrc: Path = CSRC,
     root: Path | None = None,
+    cflags: Sequence[str] = (),
 ) -> ModuleType | None:
     """Build (if not cached) and load the library `name` from `<csrc>/<sources>`.
 
     A pybind module is returned when `python_module`; otherwise the library is loaded into the
     process for its registrations (ops, kernels, device hooks) and None is returned. `root`
-    replaces the cache root (tests build throwaway libraries there).
+    replaces the cache root (tests build throwaway libraries there). `cflags` are added to
+    CFLAGS (e.g. a profile's `-D` define) and are part of the cache key, so builds of the same
+    sources with other flags sit side by side.
     """
     if name in _loaded:
         return _loaded[name].get("module")
     paths = [Path(csrc) / s for s in sources]
-    directory = build_dir(name, paths, root)
+    directory = build_dir(name, paths, root, cflags)
     directory.mkdir(parents=True, exist_ok=True)
     so = directory / f"{name}.so"
     t0 = time.perf_counter()
@@ -123,7 +128,7 @@ def load(
             module = cpp_extension.load(
                 name,
                 [str(p) for p in paths],
-                extra_cflags=list(CFLAGS),
+                extra_cflags=[*CFLAGS, *cflags],
                 build_directory=str(directory),
                 is_python_module=python_module,
                 verbose=os.environ.get(ENV_VERBOSE) == "1",

@@ -3,18 +3,36 @@ look (device count and selection, memory statistics, random state, device name, 
 
 Everything reaches the C++ library through `torch.ops.trainready_emu`, so it answers for emu even
 on a machine whose current accelerator is another one (where `torch.accelerator` means that one).
+
+The minimal profile registers `minimal_module()` instead: only the names in MINIMAL_API.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import types
 from typing import Any
 
 import torch
 
 NAME = "emu"
 DEVICE_NAME = "trainready emu (reference PrivateUse1 device, not for performance)"
+
+# The minimal profile's device module: finding and choosing devices and naming them, as a young
+# backend's module has. torch needs a registered module before it makes a tensor on the device,
+# and `is_available` in it: without it a process that ran a backward on the device aborts at
+# exit ("terminate called without an active exception", torch 2.13).
+MINIMAL_API = (
+    "is_available",
+    "is_initialized",
+    "init",
+    "device_count",
+    "current_device",
+    "set_device",
+    "device",
+    "get_device_name",
+)
 
 _Device = torch.device | str | int | None
 
@@ -226,3 +244,13 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def get_amp_supported_dtype() -> list[torch.dtype]:
     """The dtypes torch.autocast("emu") accepts."""
     return [torch.bfloat16, torch.float16]
+
+
+def minimal_module() -> types.ModuleType:
+    """A module holding this module's MINIMAL_API and nothing else: torch and trainready find no
+    synchronize, streams, events, memory statistics, random state or autocast dtypes in it
+    (torch.manual_seed then warns that it cannot seed emu, as it does for a young backend)."""
+    module = types.ModuleType(f"torch.{NAME}", __doc__)
+    for name in MINIMAL_API:
+        setattr(module, name, globals()[name])
+    return module

@@ -63,3 +63,36 @@ def test_graph_breaks_only_over_compiled_cases():
     compiled = [_result("a", compile={"break_reasons": {}}), _result("b", compile={})]
     stat = graph_breaks_stat(compiled)
     assert (stat.value, stat.note) == (0, "over 2 compiled cases")
+
+
+def test_round_trips_inside_kernels_are_named_apart_from_fallbacks():
+    planted = {**DISPATCHER, "dispatch_kinds": {"kernel": 7, "fallback": 4}}
+    planted["dispatch_roundtrips"] = {"aten::mul.Tensor": 2}
+    clean = {**planted, "dispatch_roundtrips": {}}
+    fallbacks = host.collect([_result("a", ops=planted), _result("b", ops=clean)], _name)
+    stat = fallbacks.roundtrip_stat()
+    assert stat.value == 1
+    assert stat.note == (
+        "dispatcher nesting over 2 cases, 22 aten calls; host round-trip inside aten::mul.Tensor"
+    )
+    assert fallbacks.fallback_ops == {"aten::add.out", "aten::_softmax"}  # counted apart
+    rows = {(row[0], row[1]): row[2:4] for row in host.table(fallbacks, "t").rows}
+    assert rows[(host.ROUNDTRIP, "host round-trip inside aten::mul.Tensor")] == [2, 1]
+
+
+def test_round_trips_not_measured_say_why():
+    cpu = {"device": "cpu", "roundtrip_source": "not measured: the device is the CPU"}
+    stat = host.collect([_result("a", ops=cpu), _result("b")], _name).roundtrip_stat()
+    assert (stat.value, stat.note) == (
+        "not measured",
+        "1 case: the device is the CPU; 1 case: no ops record (a compiled case, or one that "
+        "ended before its eager step)",
+    )
+    # Measured in one case, not in a compiled one: the count says what it leaves out.
+    measured = {**DISPATCHER, "dispatch_roundtrips": {}}
+    stat = host.collect([_result("a", ops=measured), _result("b")], _name).roundtrip_stat()
+    assert stat.value == 0 and stat.note.endswith(
+        "; not measured in 1 case: no ops record (a "
+        "compiled case, or one that ended before its "
+        "eager step)"
+    )

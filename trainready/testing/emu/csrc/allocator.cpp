@@ -4,6 +4,9 @@
 // so reserved == allocated. Each allocation and free is reported to the profiler with its device,
 // as cuda's caching allocator reports them: a trace taken with profile_memory=True shows emu's
 // memory timeline, and that the run used the device even where no kernel of it is recorded.
+// The minimal profile's allocator is a plain c10::Allocator, as a young backend's is: it keeps
+// the same blocks and capacity (so out-of-memory still raises), but torch.accelerator's
+// memory_* calls find no c10::DeviceAllocator behind PrivateUse1 and fail.
 #include "emu.h"
 
 #include <c10/core/Allocator.h>
@@ -75,7 +78,15 @@ void account(DeviceStats& s, const Block& b, int sign) {
   (sign > 0 ? s.num_device_alloc : s.num_device_free)++;
 }
 
-class Allocator final : public c10::DeviceAllocator {
+#ifdef TRAINREADY_EMU_MINIMAL
+using AllocatorBase = c10::Allocator;
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE // the statistics below are this file's own, unexported
+#else
+using AllocatorBase = c10::DeviceAllocator;
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE override
+#endif
+
+class Allocator final : public AllocatorBase {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const auto device = current_device();
@@ -91,18 +102,20 @@ class Allocator final : public c10::DeviceAllocator {
     std::memcpy(dest, src, count); // device memory is host memory
   }
 
-  bool initialized() override {
+  bool initialized() EMU_DEVICE_ALLOCATOR_OVERRIDE {
     return true;
   }
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {} // nothing cached
-  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {} // one stream
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) EMU_DEVICE_ALLOCATOR_OVERRIDE {
+  } // nothing cached
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/)
+      EMU_DEVICE_ALLOCATOR_OVERRIDE {} // one stream
 
-  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+  DeviceStats getDeviceStats(c10::DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_.at(resolve_index(device));
   }
 
-  void resetAccumulatedStats(c10::DeviceIndex device) override {
+  void resetAccumulatedStats(c10::DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& s = stats_.at(resolve_index(device));
     for (StatArray* a : arrays(s)) {
@@ -114,7 +127,7 @@ class Allocator final : public c10::DeviceAllocator {
     s.num_device_alloc = s.num_device_free = 0;
   }
 
-  void resetPeakStats(c10::DeviceIndex device) override {
+  void resetPeakStats(c10::DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& s = stats_.at(resolve_index(device));
     for (StatArray* a : arrays(s)) {
@@ -124,7 +137,8 @@ class Allocator final : public c10::DeviceAllocator {
     }
   }
 
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device)
+      EMU_DEVICE_ALLOCATOR_OVERRIDE {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto reserved = stats_.at(resolve_index(device)).reserved_bytes[0].current;
     return {capacity_bytes() - static_cast<size_t>(reserved), capacity_bytes()};
@@ -225,12 +239,14 @@ void Allocator::release_block(void* ptr) {
   return true;
 }();
 
+#ifndef TRAINREADY_EMU_MINIMAL
 void put(c10::Dict<std::string, int64_t>& out, const std::string& key, const Stat& stat) {
   out.insert(key + ".current", stat.current);
   out.insert(key + ".peak", stat.peak);
   out.insert(key + ".allocated", stat.allocated);
   out.insert(key + ".freed", stat.freed);
 }
+#endif // TRAINREADY_EMU_MINIMAL
 
 } // namespace
 
@@ -238,6 +254,7 @@ std::optional<c10::DeviceIndex> device_of(const void* ptr) {
   return g_allocator->device_of(ptr);
 }
 
+#ifndef TRAINREADY_EMU_MINIMAL
 c10::Dict<std::string, int64_t> memory_stats(c10::DeviceIndex device) {
   // The flat keys of torch.cuda.memory_stats / torch.accelerator.memory_stats.
   const DeviceStats s = g_allocator->getDeviceStats(device);
@@ -282,5 +299,6 @@ void reset_peak_memory_stats(c10::DeviceIndex device) {
 void reset_accumulated_memory_stats(c10::DeviceIndex device) {
   g_allocator->resetAccumulatedStats(device);
 }
+#endif // TRAINREADY_EMU_MINIMAL
 
 } // namespace trainready_emu

@@ -5,7 +5,9 @@
 //     CPU."): once per op, or on every call under torch.set_warn_always(True). Silent by
 //     default, as PyTorch's cpu_fallback and most PrivateUse1 plugins are: the case trainready
 //     must catch without any vendor record. The switch exercises the warning record too,
-// (3) hand random ops the CPU engine of emu's generator instead of the CPU's own.
+// (3) hand random ops the CPU engine of emu's generator instead of the CPU's own. Not in the
+//     minimal profile, which has no generator: there random ops on emu draw from the CPU's
+//     default generator, as they do on a young backend that relies on this fallback.
 #include "emu.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -36,6 +38,7 @@ std::string full_name(const c10::OperatorHandle& op) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
 
+#ifndef TRAINREADY_EMU_MINIMAL
 bool is_generator(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::OptionalType) {
     return type->containedType(0)->kind() == c10::TypeKind::GeneratorType;
@@ -79,6 +82,8 @@ void use_emu_generators(const c10::FunctionSchema& schema, torch::jit::Stack& st
   }
 }
 
+#endif // TRAINREADY_EMU_MINIMAL
+
 bool warnings_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("TRAINREADY_EMU_FALLBACK_WARN");
@@ -110,7 +115,9 @@ void count_and_fall_back(const c10::OperatorHandle& op, torch::jit::Stack* stack
         name,
         "' is not currently supported on the emu backend and will fall back to run on the CPU.");
   }
+#ifndef TRAINREADY_EMU_MINIMAL
   use_emu_generators(op.schema(), *stack);
+#endif
   at::native::cpu_fallback(op, stack);
 }
 

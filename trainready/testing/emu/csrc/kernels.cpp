@@ -127,6 +127,8 @@ const at::Tensor& resize_(
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 
+#ifndef TRAINREADY_EMU_MINIMAL
+// Compute: the minimal profile leaves fill, reading a scalar and bmm to the CPU fallback.
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   cpu_alias(self).fill_(value);
   return self;
@@ -135,6 +137,8 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(cpu_alias(self));
 }
+
+#endif // TRAINREADY_EMU_MINIMAL
 
 at::Tensor& set_storage(
     at::Tensor& self,
@@ -161,6 +165,7 @@ at::Tensor& set_empty(at::Tensor& self) {
   return self.set_(storage, 0, {0}, {});
 }
 
+#ifndef TRAINREADY_EMU_MINIMAL
 void check_matmul_operands(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: both operands must be batches of matrices");
   TORCH_CHECK(
@@ -188,6 +193,8 @@ at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+#endif // TRAINREADY_EMU_MINIMAL
+
 // Registers an emu kernel and records its name, so native_kernels() is what was registered.
 #define EMU_NATIVE(m, name, fn)      \
   m.impl(name, TORCH_FN(fn));        \
@@ -202,14 +209,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   EMU_NATIVE(m, "_copy_from", copy_from);
   EMU_NATIVE(m, "_copy_from_and_resize", copy_from_and_resize);
   EMU_NATIVE(m, "resize_", resize_);
-  EMU_NATIVE(m, "fill_.Scalar", fill_scalar);
-  EMU_NATIVE(m, "_local_scalar_dense", local_scalar_dense);
   EMU_NATIVE(m, "set_.source_Storage_storage_offset", set_storage);
   EMU_NATIVE(m, "set_.source_Storage", set_whole_storage);
   EMU_NATIVE(m, "set_.source_Tensor", set_tensor);
   EMU_NATIVE(m, "set_", set_empty);
+#ifndef TRAINREADY_EMU_MINIMAL
+  EMU_NATIVE(m, "fill_.Scalar", fill_scalar);
+  EMU_NATIVE(m, "_local_scalar_dense", local_scalar_dense);
   EMU_NATIVE(m, "bmm", bmm);
   EMU_NATIVE(m, "bmm.out", bmm_out);
+#endif
 }
 
 // A copy reaches emu's kernel with its tensors' lazy conjugate and negative bits, as copy_

@@ -1,5 +1,9 @@
 // Device management for emu: the current device, the DeviceGuard implementation (streams,
 // events) and the PrivateUse1 hooks that torch.accelerator and the generators go through.
+// The minimal profile (TRAINREADY_EMU_MINIMAL) keeps only what c10 makes a guard implement
+// (pure virtual: device get/set/exchange, the count, getStream/exchangeStream) and leaves every
+// other method to c10's defaults, which raise "Backend doesn't support ..." as on a young
+// backend; its hooks keep what torch needs to find the device at all (see Hooks below).
 #include "emu.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -46,6 +50,7 @@ void set_device(c10::DeviceIndex index) {
 
 namespace {
 
+#ifndef TRAINREADY_EMU_MINIMAL
 // The device runs every op to completion before returning, so an event is recorded the
 // moment `record` is called: a host timestamp is exactly when the work before it ended.
 struct Event {
@@ -58,6 +63,8 @@ double host_ms() {
   using namespace std::chrono;
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
+
+#endif // TRAINREADY_EMU_MINIMAL
 
 c10::Stream default_stream(c10::DeviceIndex index) {
   return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, resolve_index(index)));
@@ -99,6 +106,15 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device d) const override {
     return default_stream(d.index());
   }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return default_stream(s.device_index());
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return kDeviceCount;
+  }
+
+#ifndef TRAINREADY_EMU_MINIMAL
   c10::Stream getDefaultStream(c10::Device d) const override {
     return default_stream(d.index());
   }
@@ -107,13 +123,6 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
     return default_stream(d.index());
-  }
-  c10::Stream exchangeStream(c10::Stream s) const override {
-    return default_stream(s.device_index());
-  }
-
-  c10::DeviceIndex deviceCount() const noexcept override {
-    return kDeviceCount;
   }
 
   c10::DeviceCapability getDeviceCapability(c10::Device /*d*/) const override {
@@ -166,19 +175,28 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
         a->timing && b->timing, "both events must be created with enable_timing=True");
     return b->ms - a->ms;
   }
+#endif // TRAINREADY_EMU_MINIMAL
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
+// What torch.accelerator, the autograd engine and the generators reach through. The minimal
+// profile keeps only hasPrimaryContext (pure virtual), yet must register the hooks: without
+// them torch still finds the device (torch.accelerator.current_accelerator() names it) but every
+// backward on it fails with "Please register PrivateUse1HooksInterface by
+// `RegisterPrivateUse1HooksInterface` first" (torch 2.13). Every other hook keeps c10's
+// default, which raises NotImplementedError naming the hook (getNewGenerator,
+// getPinnedMemoryAllocator, resizePrivateUse1Bytes...), or says "not pinned" (isPinnedPtr).
 struct Hooks final : public at::PrivateUse1HooksInterface {
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
+    return true; // nothing to initialise: the device is host memory and CPU kernels
+  }
+#ifndef TRAINREADY_EMU_MINIMAL
   bool isBuilt() const override {
     return true;
   }
   bool isAvailable() const override {
     return true;
-  }
-  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
-    return true; // nothing to initialise: the device is host memory and CPU kernels
   }
   c10::DeviceIndex deviceCount() const override {
     return kDeviceCount;
@@ -223,6 +241,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     c10::DeviceGuard guard(storage.device());
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
   }
+#endif // TRAINREADY_EMU_MINIMAL
 };
 
 [[maybe_unused]] const bool hooks_registered = [] {
