@@ -285,7 +285,11 @@ def build_run(
     """`planned`: the cases the run set out to do; without it (older stores) gaps are a count."""
     done = {r.case_id for r in results}
     not_run = [c for c in planned or [] if c.id not in done]
-    suites = list(dict.fromkeys([*record.suites, *(r.case.suite for r in results)]))
+    # Named by their cases where the plan is known: a suite given by module path
+    # (`benchmarks.trivial_suite`) names its cases by its NAME ("trivial"). Older stores keep no
+    # plan, and there the run's own list names the suites nothing ran for.
+    named = [*(c.suite for c in planned or []), *(r.case.suite for r in results)]
+    suites = list(dict.fromkeys(named if planned else [*record.suites, *named]))
     missing = len(not_run) if planned else max((record.planned or 0) - len(results), 0)
 
     def missing_in(suite: str) -> int | None:

@@ -409,3 +409,17 @@ def test_capabilities_the_backend_lacks_are_listed_with_what_stood_in(tmp_path):
     assert "device-to-host copy of a scalar" in section and "RuntimeError: no sync" in section
     assert "memory_stats" in section and "device memory is not measured" in section
     assert "## Device capabilities" not in full  # nothing missing, nothing listed
+
+
+def test_a_suite_run_by_module_path_is_one_row_named_by_its_cases(tmp_path):
+    """`run benchmarks.trivial_suite` records the path; its cases say their suite is "trivial"."""
+    cases = [Case("trivial", f"case-{i}") for i in range(2)]
+    with Store(tmp_path) as store:
+        record = RunRecord("dotted", 1.7e9, ["benchmarks.trivial_suite"], "cpu", "smoke", planned=2)
+        store.add_run(record)
+        store.add_planned("dotted", cases)
+        store.add_result("dotted", Result(cases[0], "pass"))
+        md = render(store, ["dotted"], "md")
+    table = md.split("Cases by status")[1].split("\n\n")[1]
+    assert "| trivial | 1 | 1 | 2 | 50.0% |" in table
+    assert "benchmarks.trivial_suite |" not in table
