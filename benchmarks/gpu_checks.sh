@@ -32,7 +32,7 @@
 set -u
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-wheels}
-CARRIED=(msgspec isal)  # what the GPU machines lack; pyproject.toml's runtime requirements
+CARRIED=(msgspec isal expecttest)  # what the GPU machines lack (expecttest: the ops suite); pyproject.toml's runtime requirements
 
 fetch_wheels() { # the carried wheels for the GPU machines' Python (3.12) and this project's (3.11)
   local py

@@ -16,6 +16,11 @@ Three columns, each the parity suite judging a synthetic case as it judges any r
 - `dist`: the dist suite on gloo ranks of this machine, faults planted on the rank side of the
   reductions the numerics rule judges (`trainready.testing.dist_faults`: all_reduce AVG on 3
   ranks, DDP's comm hook, FSDP2's reduce-scatter).
+- `ops`: the ops suite on emu, one op at a time: each kernel fault that names op_db entries
+  (`Fault.ops`) planted in a fresh process that runs those entries' cases (the quick preset:
+  fp32 and bf16 forward and backward, fp64 forward; `faults.ops_cases`), and a clean process
+  that runs every one of those cases with nothing planted. One row per fault and dtype: caught
+  when one of its cases fails and names the planted kernel among the aten ops it ran.
 
 Each fault is planted in turn, clean runs and correct-but-different code (another attention
 kernel, a split-K GEMM, another reduction order, AdamW written out) beside them. A wrong model
@@ -26,12 +31,15 @@ emu (plant, run, remove, next), the CPU columns in another, so this process neve
 PrivateUse1.
 
     python benchmarks/planted_faults.py [--out benchmarks/results/planted-faults.md]
-        [--columns cpu,emu,compiled,flex,dist] [--faults a,b] [--dtypes fp32,bf16]
+        [--columns cpu,emu,compiled,flex,dist,ops] [--faults a,b] [--dtypes fp32,bf16]
         [--compile-backend inductor] [--report-only]
 
 Prints the catch table and exits 1 on a required miss, a false alarm, an error or a planted bug
 that never acted -- unless `--report-only`. `--out` writes the table as Markdown with the
-command, date and versions, and a note on every miss and thin catch.
+command, date and versions, and a note on every miss and thin catch; the ops column is a section
+of its own ("## The ops suite on emu"), which a run of the ops column alone replaces in the file
+(or appends), leaving the rest as it was. `--dtypes` defaults to fp32,bf16, and for the ops
+column to fp32,bf16,fp64 (fp64 is the ops column's only).
 
 Columns of the table: `worst tensor` is the tensor the error names first (for a pass, the one
 closest to failing) with its rmse over what the rule allows and the rule (which noise it was
@@ -46,6 +54,7 @@ import argparse
 import concurrent.futures as cf
 import contextlib
 import datetime
+import math
 import multiprocessing
 import os
 import platform
@@ -65,13 +74,15 @@ from trainready.testing.faults import FAULTS, MODEL_FAULTS  # noqa: E402
 from trainready.testing.flex_faults import FLEX_FAULTS  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
-COLUMNS = ("cpu", "emu", "compiled", "flex", "dist")
+OPS_DTYPES = ("fp32", "bf16", "fp64")  # the ops suite's quick preset: fp64 forward too
+COLUMNS = ("cpu", "emu", "compiled", "flex", "dist", "ops")
 COLUMN_TEXT = {
     "cpu": "CPU eager (model faults below float64)",
     "emu": "emu, the device path (device-only model faults, kernel faults)",
     "compiled": "CPU compiled (model faults in what torch.compile traces)",
     "flex": "the flex suite, CPU compiled forward (faulty mods, right references)",
     "dist": "the dist suite on CPU gloo ranks (faulty reductions on the rank side)",
+    "ops": "the ops suite on emu (op_db entries one op at a time, kernel faults)",
 }
 # The column a fault of each table belongs in (the parity/matmul faults: cpu, emu, compiled).
 SUITE_COLUMN = {"flex": "flex", "dist": "dist"}
@@ -186,8 +197,9 @@ def _parity_variant(case: str) -> str:
 
 
 def variants_of(spec: Any) -> list[str]:
-    """The synthetic variants a fault runs on: its parity case and those it is also run on."""
-    return [spec.parity_case, *getattr(spec, "also_on", ())]
+    """The synthetic variants a fault runs on: its parity case and those it is also run on (none
+    for a kernel no synthetic model runs: the ops column alone runs it)."""
+    return [v for v in (spec.parity_case, *getattr(spec, "also_on", ())) if v is not None]
 
 
 def _suite_probes(column: str, faults: list[str], dtype: str) -> list[Probe]:
@@ -216,6 +228,8 @@ def plan(
     probes: list[Probe] = []
     for dtype in dtypes:
         for column in columns:
+            if column == "ops":  # not probes: `ops_in_processes`
+                continue
             if column in SUITE_COLUMN:
                 probes += _suite_probes(column, faults, dtype)
                 continue
@@ -448,6 +462,478 @@ def _probe(row: Row) -> Probe:
     return Probe(row.fault, row.dtype, row.suite, row.case, row.column)
 
 
+# --- the ops column -------------------------------------------------------------------------------
+
+OPS_BUDGET_S = 60.0  # the ops suite's DEFAULT_BUDGET_S, per case
+FAILING = ("fail_numerics", "fail_run")
+OPS_SECTION = "## The ops suite on emu"
+
+
+def ops_faults(faults: list[str]) -> list[str]:
+    """The kernel faults among `faults` that name ops suite cases (`Fault.ops`)."""
+    return [f for f in faults if f in FAULTS and FAULTS[f].ops]
+
+
+@dataclass
+class OpsRecord:
+    """One ops suite case run on emu with `fault` planted (or CLEAN)."""
+
+    fault: str
+    case: str  # entry/dtype/form
+    dtype: str
+    status: str
+    ratio: float | None  # the deciding sample's error over its allowance (inf: non-finite)
+    output: str  # that sample's deciding output: the failing one, else the closest to failing
+    rule: str
+    named: tuple[str, ...]  # the planted kernels (aten overloads) the case's `aten` record names
+    hits: int  # calls in which the planted bug acted during the case
+    closer: bool | None  # a pass with every judged output closer to float64 than the CPU's
+    judged: str  # how the suite judged the case: numerics, or invariants (and why)
+    excuse: str  # a skipped or unsupported case's kind: "no_samples", "dtype", ...
+    off_dtype: str  # where the case's samples are not in its dtype: what they are instead
+    error: str
+    seconds: float
+
+
+def _over(entry: dict[str, Any]) -> float | None:
+    over = entry.get("over")
+    return math.inf if over == "inf" else over
+
+
+def _deciding_sample(diagnostics: dict[str, Any]) -> dict[str, Any]:
+    """The sample that decided an ops case: the failing one, else the one closest to failing."""
+    entries = diagnostics.get("samples") or []
+    failed = diagnostics.get("failed_sample")
+    for entry in entries:
+        if failed is not None and entry["index"] == failed:
+            return entry
+    judged = [e for e in entries if _over(e) is not None]
+    return max(judged, key=_over, default={})
+
+
+def _off_dtype(case: Any) -> str:
+    """What a case's samples hold instead of its dtype, where every floating input is in another
+    dtype or a dtype argument names another (`softmax(with_dtype)`: float64 outputs; an entry
+    whose samples ignore the dtype asked for): "" where they are in the case's dtype."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from trainready.device import torch_dtype
+    from trainready.suites.ops import database, samples
+
+    op = database.load().get(case.params["entry"])
+    if op is None:
+        return ""
+    dt = torch_dtype(case.params["dtype"])
+    seed = samples.case_seed(case.name)
+    backward = case.params["direction"] == "bwd"
+    try:
+        chosen = samples.first(op, dt, backward, seed, case.params.get("samples"))
+    except Exception:  # noqa: BLE001 - the case itself says what its samples did
+        return ""
+    words: set[str] = set()
+    for _, sample in chosen:
+        flat, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+        floats = {t.dtype for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()}
+        if floats and dt not in floats:
+            words |= {f"inputs {str(d).removeprefix('torch.')}" for d in floats}
+        words |= {
+            f"dtype={str(t).removeprefix('torch.')}"
+            for t in flat
+            if isinstance(t, torch.dtype) and t != dt
+        }
+    return ", ".join(sorted(words))
+
+
+def ops_cases_of(name: str, every: list[str]) -> list[Any]:
+    """A fault's ops cases; for CLEAN, those of every fault in `every`, each once."""
+    from trainready.testing import faults
+
+    cases: dict[str, Any] = {}
+    for fault in every if name == CLEAN else [name]:
+        for case in faults.ops_cases(fault):
+            cases.setdefault(case.name, case)
+    return list(cases.values())
+
+
+def run_ops(names: list[str], dtypes: list[str], every: list[str]) -> list[OpsRecord]:
+    """In this process (one that may import emu): for each of `names` in turn, plant it (CLEAN:
+    nothing), run its ops cases in `dtypes` on emu through `execute_case`, remove it."""
+    _emu()
+    from trainready.core.context import CaseContext
+    from trainready.core.worker import execute_case
+    from trainready.suites.ops import suite
+    from trainready.testing import faults
+
+    records = []
+    for name in names:
+        cases = [c for c in ops_cases_of(name, every) if c.params["dtype"] in dtypes]
+        kernels = () if name == CLEAN else tuple(f"aten::{op}" for op in FAULTS[name].kernels)
+        lib = None if name == CLEAN else faults.plant(name)
+        try:
+            for case in cases:
+                faults.reset_hits()
+                t0 = time.perf_counter()
+                out = execute_case(suite, case, CaseContext("emu", None, OPS_BUDGET_S))
+                seconds = time.perf_counter() - t0
+                d = out.diagnostics
+                sample = _deciding_sample(d)
+                why = d.get("error") or d.get("reason") or d.get("skipped") or ""
+                judged = d.get("judged") or ""
+                if d.get("judged_why"):
+                    judged += f" ({d['judged_why']})"
+                records.append(
+                    OpsRecord(
+                        fault=name,
+                        case=case.name,
+                        dtype=case.params["dtype"],
+                        status=out.status,
+                        ratio=_over(sample),
+                        output=sample.get("worst") or "",
+                        rule=sample.get("rule") or "",
+                        named=tuple(k for k in kernels if k in (d.get("aten") or {})),
+                        hits=0 if name == CLEAN else sum(faults.hits(name).values()),
+                        closer=d.get("closer_than_cpu"),
+                        judged=judged,
+                        excuse=d.get("skipped") or d.get("unsupported") or "",
+                        off_dtype=_off_dtype(case),
+                        error=" ".join(str(why).split())[:300],
+                        seconds=seconds,
+                    )
+                )
+        finally:
+            if lib is not None:
+                faults.remove(lib)
+    return records
+
+
+def _one_process(names: list[str], dtypes: list[str], every: list[str], timeout_s: float):
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        return pool.submit(run_ops, names, dtypes, every).result(timeout=timeout_s)
+
+
+def ops_in_processes(
+    names: list[str],
+    dtypes: list[str] | tuple[str, ...] = OPS_DTYPES,
+    every: list[str] | None = None,
+    fresh: bool = True,
+    timeout_s: float = WORKER_TIMEOUT_S,
+) -> list[OpsRecord]:
+    """`run_ops` in spawned processes, so the caller never imports emu: each of `names` in a
+    fresh one (two at a time) where `fresh`, so no planted kernel outlives its fault; else all in
+    one, in order. A CLEAN run covers the cases of the faults in `every` (default: `names`)."""
+    dtypes = list(dtypes)
+    every = [n for n in (every or names) if n != CLEAN]
+    if not fresh:
+        return _one_process(names, dtypes, every, timeout_s)
+    with cf.ThreadPoolExecutor(2) as threads:
+        jobs = [threads.submit(_one_process, [n], dtypes, every, timeout_s) for n in names]
+        return [record for job in jobs for record in job.result()]
+
+
+@dataclass
+class OpsRow:
+    """The ops column's verdict on one fault (or CLEAN) in one dtype, over its cases."""
+
+    fault: str
+    dtype: str
+    expect: str
+    required: bool
+    cases: int
+    failing: list[str]  # the failing cases (fail_numerics, fail_run), in order
+    case: str  # the failing case furthest past its allowance; else the case closest to failing
+    output: str
+    ratio: float | None
+    rule: str
+    named: tuple[str, ...]  # the planted kernels every failing case names
+    bug_calls: int
+    closer: int  # passing cases closer to float64 than the CPU
+    errors: list[str]  # cases that ended neither judged nor excused: "case: status"
+    hit_elsewhere: bool = False  # the bug acted in the fault's cases of another dtype
+    off_dtype: str = ""  # the shown case's samples, where not in the row's dtype
+    proper: int = 0  # failing cases whose samples are in the row's dtype
+
+    @property
+    def verdict(self) -> str:
+        if self.errors:
+            return "error"
+        if self.fault != CLEAN and self.bug_calls == 0:
+            # e.g. a GEMM's stride bug in fp64, whose cases are forward only (contiguous)
+            return "not exercised in this dtype" if self.hit_elsewhere else "not hit"
+        if self.expect == "pass":
+            return "false alarm" if self.failing else "ok"
+        if self.failing and not self.named:
+            return "caught, kernel not named"
+        if self.failing and self.proper:
+            return "caught"
+        # no failure, or only in cases whose samples are not in this dtype
+        missed = "missed" if self.required else "missed (under the goal)"
+        return f"{missed}: failed only off-dtype" if self.failing else missed
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict not in (
+            "caught",
+            "ok",
+            "missed (under the goal)",
+            "missed (under the goal): failed only off-dtype",
+            "not exercised in this dtype",
+        )
+
+
+def ops_rows(records: list[OpsRecord]) -> list[OpsRow]:
+    """One row per fault and dtype, in the records' order."""
+    rows = []
+    for fault, dtype in dict.fromkeys((r.fault, r.dtype) for r in records):
+        mine = [r for r in records if (r.fault, r.dtype) == (fault, dtype)]
+        failing = [r for r in mine if r.status in FAILING]
+        proper = [r for r in failing if not r.off_dtype]
+        judged = [r for r in mine if r.ratio is not None]
+        top = max(
+            proper or failing or judged,
+            key=lambda r: math.inf if r.ratio is None else r.ratio,
+            default=None,
+        )
+        named = set.intersection(*(set(r.named) for r in failing)) if failing else set()
+        spec = None if fault == CLEAN else FAULTS[fault]
+        excused = ("pass", *FAILING, "skipped", "unsupported")
+        acted = sum(r.hits for r in mine)
+        rows.append(
+            OpsRow(
+                fault=fault,
+                dtype=dtype,
+                expect="pass" if spec is None else spec.expect,
+                required=spec is not None
+                and acted > 0
+                and spec.required("fp32" if dtype == "fp64" else dtype),
+                cases=len(mine),
+                failing=[r.case for r in failing],
+                case=top.case if top else "",
+                output=top.output if top else "",
+                ratio=top.ratio if top else None,
+                rule=top.rule if top else "",
+                named=tuple(sorted(named)),
+                bug_calls=acted,
+                closer=sum(bool(r.closer) for r in mine if r.status == "pass"),
+                errors=[f"{r.case}: {r.status}" for r in mine if r.status not in excused],
+                hit_elsewhere=any(r.hits for r in records if r.fault == fault),
+                off_dtype=top.off_dtype if top else "",
+                proper=len(proper),
+            )
+        )
+    return rows
+
+
+OPS_HEADER = (
+    "dtype",
+    "fault",
+    "expected",
+    "cases failing",
+    "case (furthest past its allowance, else closest to failing)",
+    "its output (ratio, rule)",
+    "kernel named",
+    "bug calls",
+    "verdict",
+)
+
+
+def ops_cells(row: OpsRow) -> list[str]:
+    plain = row.expect == "pass" or row.required or not row.bug_calls
+    expect = row.expect if plain else "catch (not required)"
+    worst = f"{row.output} ({_num(row.ratio)}, {row.rule})" if row.output else "-"
+    if row.off_dtype:
+        worst += f"; samples: {row.off_dtype}"
+    named = ", ".join(f"`{k}`" for k in row.named) or "-"
+    if row.expect == "pass" and row.closer:
+        named = f"- ({row.closer} closer to float64 than the CPU)"
+    return [
+        row.dtype,
+        row.fault,
+        expect,
+        f"{len(row.failing)} of {row.cases}",
+        f"`{row.case}`" if row.case else "-",
+        worst,
+        named,
+        "-" if row.fault == CLEAN else str(row.bug_calls),
+        row.verdict,
+    ]
+
+
+def ops_markdown(rows: list[OpsRow]) -> str:
+    lines = ["| " + " | ".join(OPS_HEADER) + " |", "|" + "---|" * len(OPS_HEADER)]
+    for row in rows:
+        text = [c.replace("|", "\\|") for c in ops_cells(row)]
+        text[-1] = f"**{text[-1]}**" if row.bad else text[-1]
+        lines.append("| " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def ops_text(rows: list[OpsRow]) -> str:
+    table = [list(OPS_HEADER)] + [[c.replace("`", "") for c in ops_cells(r)] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(OPS_HEADER))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table
+    )
+
+
+def ops_summary(rows: list[OpsRow]) -> list[str]:
+    """One line per dtype: catches, false alarms."""
+    out = []
+    for dtype in dict.fromkeys(r.dtype for r in rows):
+        mine = [r for r in rows if r.dtype == dtype]
+        wrong = [r for r in mine if r.expect == "catch" and r.bug_calls]
+        right = [r for r in mine if r.expect == "pass"]
+        required = [r for r in wrong if r.required]
+        optional = [r for r in wrong if not r.required]
+        text = (
+            f"ops {dtype}: caught {sum(r.verdict == 'caught' for r in required)}/{len(required)}"
+            " required"
+        )
+        if optional:
+            text += (
+                f" (+{sum(r.verdict == 'caught' for r in optional)}/{len(optional)} under the"
+                " bf16 goal)"
+            )
+        text += (
+            f", missed {sum(r.verdict.startswith('missed') for r in required)}, false alarms "
+            f"{sum(r.verdict == 'false alarm' for r in right)}/{len(right)}"
+        )
+        errors = sum(r.verdict in ("error", "not hit", "caught, kernel not named") for r in mine)
+        out.append(text + (f", errors {errors}" if errors else ""))
+    return out
+
+
+def ops_notes(rows: list[OpsRow], records: list[OpsRecord]) -> list[str]:
+    """A sentence per row that is not caught/ok or caught by a thin margin, and per case of a
+    caught fault that the fault moved without failing it (bf16 under the goal)."""
+    out = []
+    for row in rows:
+        where = f"`{row.fault}` {row.dtype}"
+        if row.verdict == "caught" and row.ratio is not None and row.ratio < THIN_MARGIN:
+            out.append(
+                f"{where}: caught by a thin margin, `{row.case}` {row.output} at "
+                f"{_num(row.ratio)} of what {row.rule} allows."
+            )
+        elif row.verdict.startswith("missed"):
+            mine = [r for r in records if (r.fault, r.dtype) == (row.fault, row.dtype)]
+            hit = [r for r in mine if r.hits]
+            off = [r for r in mine if r.off_dtype and r.status in FAILING]
+            proper = [r for r in mine if not r.off_dtype and r.ratio is not None]
+            closest = max(proper, key=lambda r: r.ratio, default=None)
+            text = (
+                f"{where}: **{row.verdict}**: its bug acted in {len(hit)} of {row.cases} cases "
+                f"({row.bug_calls} calls) and every case "
+                + (f"whose samples are in {row.dtype} " if off else "")
+                + "passed"
+            )
+            if closest:
+                text += (
+                    f"; the closest to failing, `{closest.case}` {closest.output}, at "
+                    f"{_num(closest.ratio)} of what {closest.rule} allows"
+                )
+            if off:
+                text += "; it fails only " + ", ".join(
+                    f"`{r.case}` (samples: {r.off_dtype}; {r.output} at {_num(r.ratio)})"
+                    for r in off
+                )
+            unjudged = {r.judged for r in hit if not r.judged.startswith("numerics")}
+            if unjudged and len(unjudged) == len({r.judged for r in hit}):
+                text += f"; judged by {', '.join(sorted(unjudged))} only"
+            out.append(text + ".")
+        elif row.verdict == "false alarm":
+            wrong = [
+                r
+                for r in records
+                if (r.fault, r.dtype) == (row.fault, row.dtype) and r.status in FAILING
+            ]
+            out += [f"{where}: **false alarm** `{r.case}`: {r.error}" for r in wrong]
+        elif row.verdict == "not hit":
+            out.append(f"{where}: **not hit**: the planted bug never acted in its cases")
+        elif row.verdict == "not exercised in this dtype":
+            out.append(f"{where}: not exercised: its {row.cases} cases there never ran the bug.")
+        elif row.verdict != "caught" and row.verdict != "ok":
+            out.append(f"{where}: **{row.verdict}**: {'; '.join(row.errors) or row.failing}")
+    return out
+
+
+def _host() -> str:
+    """This machine, as the tables name it: its OS, CPU and cores."""
+    from trainready.device import device_info
+
+    machine = f"{device_info('cpu').get('name') or platform.machine()}, {os.cpu_count()} cores"
+    return f"{platform.system()} {machine}"
+
+
+def ops_section(
+    rows: list[OpsRow],
+    records: list[OpsRecord],
+    command: str,
+    seconds: float,
+    faults: list[str],
+    host: str = "",
+) -> str:
+    """The ops column as a Markdown section of planted-faults.md."""
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    none = [f for f in faults if f in FAULTS and not FAULTS[f].ops]
+    wrong = [f for f in dict.fromkeys(r.fault for r in rows) if f != CLEAN]
+    lines = [
+        f"{OPS_SECTION}, {today[:10]}",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {today}; {_versions()}; host: {host or _host()}; {seconds:.0f} s  ",
+        "The ops suite (`trainready/suites/ops`) runs PyTorch's OpInfo entries one op at a time "
+        "on the device against the CPU and float64, the CPU's same-dtype error as the noise. "
+        "Each kernel fault of `trainready.testing.faults` that names op_db entries "
+        "(`Fault.ops`) is planted on emu in a fresh process, which runs those entries' cases "
+        "(`faults.ops_cases`: the quick preset, the first three samples; fp32 and bf16 forward "
+        "and backward, fp64 forward) through `execute_case`; one more fresh process runs every "
+        "one of those cases with nothing planted (`clean`). A fault is **caught** in a dtype "
+        "when one of its cases there ends `fail_numerics` (or `fail_run`) and every failing "
+        "case's record of the aten ops it ran (`diagnostics.aten`) names the planted kernel; the "
+        "goal is the parity table's (every fault caught in fp32, and fp64; in bf16 those of 2% "
+        "or more). A clean or correct-but-different run must pass every case. `ratio`: the "
+        "deciding sample's error over its allowance (for a pass, the case closest to failing); "
+        "`bug calls`: calls in which the planted bug acted, over the fault's cases in the dtype.",
+        "",
+        "| fault | expected | size | op_db cases (quick preset) | what it plants |",
+        "|---|---|---|---|---|",
+    ]
+    for name in wrong:
+        f = FAULTS[name]
+        size = f"{f.size:.0%}" if f.size else "-"
+        kernels = ", ".join(f"`aten::{op}`" for op in f.kernels)
+        ops = ", ".join(f"`{o}`" for o in f.ops)
+        lines.append(f"| `{name}` | {f.expect} | {size} | {ops} | {f.imitates} ({kernels}) |")
+    if none:
+        lines += ["", "No op_db entry runs " + ", ".join(f"`{n}`" for n in none) + "."]
+    notes = ops_notes(rows, records) or ["none: every fault caught, every right run passed."]
+    lines += [
+        "",
+        *[f"- {line}" for line in ops_summary(rows)],
+        "",
+        ops_markdown(rows),
+        "",
+        "Notes:",
+        "",
+        *[f"- {n}" for n in notes],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def with_section(text: str, section: str) -> str:
+    """`text` with its ops section (from OPS_SECTION to the next `## ` heading) replaced by
+    `section`, or `section` appended."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(OPS_SECTION)), None)
+    if start is None:
+        return text.rstrip("\n") + "\n\n" + section
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "\n".join(lines[end:])
+    return "\n".join(lines[:start]) + "\n" + section + ("\n" + tail + "\n" if tail else "")
+
+
 # --- output ----------------------------------------------------------------------------------------
 
 HEADER = (
@@ -654,11 +1140,8 @@ def _fault_lines(rows: list[Row]) -> list[str]:
     return lines
 
 
-def document(rows: list[Row], command: str, seconds: float, backend: str) -> str:
+def document(rows: list[Row], command: str, seconds: float, backend: str, host: str = "") -> str:
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    from trainready.device import device_info
-
-    machine = f"{device_info('cpu').get('name') or platform.machine()}, {os.cpu_count()} cores"
     miss_notes = notes(rows) or [
         f"none: every required fault caught at {THIN_MARGIN:g}x its allowance or more, every "
         "right run passed."
@@ -672,7 +1155,7 @@ def document(rows: list[Row], command: str, seconds: float, backend: str) -> str
             "# Planted faults: the numerics rule's catch table",
             "",
             f"Command: `{command}`  ",
-            f"Date: {today}; {_versions()}; host: {platform.system()} {machine}; {seconds:.0f} s  ",
+            f"Date: {today}; {_versions()}; host: {host or _host()}; {seconds:.0f} s  ",
             "Each fault is planted in turn (`trainready.testing.faults`: model-level faults "
             "patched into the synthetic model and the parity engine's optimizer, kernel faults "
             "registered for emu's key through `torch.library`) and the case is judged by "
@@ -721,42 +1204,72 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the Markdown table here")
     every = [*FAULTS, *MODEL_FAULTS, *FLEX_FAULTS, *DIST_FAULTS]
     ap.add_argument("--faults", default=",".join(every), help="comma-separated fault names")
-    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: fp32,bf16")
     ap.add_argument(
-        "--columns", default=",".join(COLUMNS), help="comma-separated: cpu,emu,compiled"
+        "--dtypes",
+        default="",
+        help="comma-separated: fp32,bf16 (the default); the ops column: fp32,bf16,fp64 (default)",
+    )
+    ap.add_argument(
+        "--columns", default=",".join(COLUMNS), help=f"comma-separated: {','.join(COLUMNS)}"
     )
     ap.add_argument("--compile-backend", default=DEFAULT_BACKEND, help="for the compiled column")
     ap.add_argument("--report-only", action="store_true", help="exit 0 even on a miss")
+    ap.add_argument("--host", default="", help="how --out names the machine (default: its CPU)")
     args = ap.parse_args(argv)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     unknown = (
         [f for f in faults if f not in every]
-        + [d for d in dtypes if d not in DTYPES]
+        + [d for d in dtypes if d not in OPS_DTYPES]
         + [c for c in columns if c not in COLUMNS]
     )
     if unknown:
         ap.error(f"unknown fault, dtype or column {unknown[0]!r}; faults: {', '.join(every)}")
+    others = [c for c in columns if c != "ops"]
+    if others and any(d not in DTYPES for d in dtypes):
+        ap.error(f"dtypes other than {', '.join(DTYPES)} run in the ops column only")
 
     t0 = time.perf_counter()
-    rows = in_processes(plan(faults, dtypes, columns), args.compile_backend)
+    rows = in_processes(plan(faults, dtypes or list(DTYPES), others), args.compile_backend)
     seconds = time.perf_counter() - t0
-    print(text_table(rows))
-    print()
-    for line in summary_lines(rows):
-        print(line)
-    print(f"({seconds:.0f} s)")
-    for n in notes(rows):
-        print("- " + n.replace("**", "").replace("`", ""))
+    names = ops_faults(faults) if "ops" in columns else []
+    t0 = time.perf_counter()
+    records = ops_in_processes([CLEAN, *names], dtypes or OPS_DTYPES) if names else []
+    ops = ops_rows(records)
+    ops_seconds = time.perf_counter() - t0
+    if rows:
+        print(text_table(rows))
+        print()
+        for line in summary_lines(rows):
+            print(line)
+        print(f"({seconds:.0f} s)")
+        for n in notes(rows):
+            print("- " + n.replace("**", "").replace("`", ""))
+    if ops:
+        print(ops_text(ops))
+        print()
+        for line in ops_summary(ops):
+            print(line)
+        print(f"({ops_seconds:.0f} s)")
+        for n in ops_notes(ops, records):
+            print("- " + n.replace("**", "").replace("`", ""))
     if args.out:
         command = "python benchmarks/planted_faults.py " + shlex.join(
             sys.argv[1:] if argv is None else argv
         )
+        command = command.strip()
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(document(rows, command.strip(), seconds, args.compile_backend))
+        section = ops_section(ops, records, command, ops_seconds, faults, args.host) if ops else ""
+        if rows:
+            text = document(rows, command, seconds, args.compile_backend, args.host)
+            args.out.write_text(with_section(text, section) if section else text)
+        elif section:  # the ops column alone: its section, the rest of the file as it was
+            old = args.out.read_text() if args.out.exists() else ""
+            args.out.write_text(with_section(old, section) if old else section)
         print(f"wrote {args.out}")
-    return 0 if args.report_only or not any(r.bad for r in rows) else 1
+    bad = any(r.bad for r in rows) or any(r.bad for r in ops)
+    return 0 if args.report_only or not bad else 1
 
 
 if __name__ == "__main__":

@@ -353,6 +353,28 @@ def test_dispatcher_record_matches_emus_own_count(emu) -> None:
     emu(_check_dispatcher_record_matches_emus_own_count)
 
 
+def _check_wrapped_scalars_reach_kernels_as_tensors() -> None:
+    """remainder.Scalar's composite calls remainder.Tensor with a wrapped number, which the watch
+    is handed as a Python int: the call must still run (it raised "Expected a value of type
+    'Tensor' for argument 'other'", failing take_along_dim on emu), with the number's own
+    semantics: a 0-dim bf16 tensor and a float stay bf16, and the float is not rounded first."""
+    _emu()
+    from trainready.device.dispatch import DispatchWatch
+
+    x = torch.arange(10.0)
+    scalar = torch.tensor(7.5, dtype=torch.bfloat16)
+    with DispatchWatch("emu:0") as watch:
+        y = torch.remainder(x.to("emu"), 5)
+        z = torch.remainder(scalar.to("emu"), 0.1)
+    assert torch.equal(y.cpu(), torch.remainder(x, 5))
+    assert z.dtype == torch.bfloat16 and torch.equal(z.cpu(), torch.remainder(scalar, 0.1))
+    assert ("aten::remainder.Tensor", "composite") in watch.calls
+
+
+def test_wrapped_scalars_reach_kernels_as_tensors(emu) -> None:
+    emu(_check_wrapped_scalars_reach_kernels_as_tensors)
+
+
 def test_fallback_warnings_on_request_read_like_mps():
     env = {**os.environ, "TRAINREADY_EMU_FALLBACK_WARN": "1"}
     done = subprocess.run(

@@ -38,7 +38,7 @@ def minimal(tmp_path_factory) -> tuple[dict, str]:
 def test_every_suite_reaches_verdicts_and_no_case_breaks_on_a_missing_instrument(minimal):
     run, _ = minimal
     suites = {r["suite"] for r in run["results"]}
-    assert suites == {"parity", "matmul", "flex", "train", "dist"}
+    assert suites == {"parity", "ops", "matmul", "flex", "train", "dist"}
     broke = [(r["case_id"], r["status"]) for r in run["results"] if r["status"] in BROKE]
     assert not broke, broke
     for r in run["results"]:

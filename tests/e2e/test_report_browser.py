@@ -77,7 +77,7 @@ def test_scorecard_in_a_real_browser(scorecard_html):
         assert readiness.bounding_box()["y"] < 400
         assert page.locator("main > section").first.get_attribute("id") == "readiness"
         rows = readiness.locator("tbody tr")
-        assert rows.count() == 8
+        assert rows.count() == 9
         badges = readiness.locator("tbody .vd").all_inner_texts()
         assert set(badges) <= {"ready", "partial", "not ready", "not tested"}
         assert badges[0] == "not tested"  # correctness: this run has no parity suite

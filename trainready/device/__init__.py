@@ -8,7 +8,9 @@
 - memory: memory_stats, reset_peak_memory, is_oom
 - identity: device_info, device_key, vendor_stack (driver and library versions)
 - peak: calibrate_peak, resolve_peak (the caller's PeakCache keeps measured peaks)
-- reference: the drift reference, a fixed GEMM (reference_rate, reference_workload)
+- reference: the drift reference, a fixed GEMM (read_reference, reference_rate, reference_workload)
+- settle: the rule readings of a timed workload follow (warm-up, sizing, agreement), which the
+  reference and the peak calibration share
 - fallback: the ops each backend records as run on the CPU (FallbackWatch)
 - distributed: default_pg_backend, rank_device, set_current_device
 - compile_cache: compile_cache_env
@@ -42,7 +44,7 @@ from trainready.device.identity import (
 )
 from trainready.device.memory import is_oom, memory_stats, reset_peak_memory
 from trainready.device.peak import PeakCache, calibrate_peak, resolve_peak
-from trainready.device.reference import reference_rate, reference_workload
+from trainready.device.reference import Reading, read_reference, reference_rate, reference_workload
 from trainready.device.runtime import (
     DeviceError,
     GiB,
@@ -71,6 +73,7 @@ __all__ = [
     "MiB",
     "MissingCapability",
     "PeakCache",
+    "Reading",
     "Timer",
     "autocast",
     "available_devices",
@@ -91,6 +94,7 @@ __all__ = [
     "neuron_fallback_ops",
     "parse_fallback_warnings",
     "rank_device",
+    "read_reference",
     "reference_rate",
     "reference_workload",
     "reset_peak_memory",

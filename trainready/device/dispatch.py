@@ -155,6 +155,63 @@ def _plain(tensor: torch.Tensor | None, kwargs: dict[str, Any]) -> bool:
     return tensor.layout == torch.strided and not (tensor.is_quantized or tensor.is_nested)
 
 
+_NUMBERS = (bool, int, float, complex)
+# The ops whose Python bindings take a number for a Tensor (torch's own list).
+_ALLOWS_NUMBERS = getattr(torch._C, "_should_allow_numbers_as_tensors", lambda name: False)
+
+
+def _number_for_tensor(func: torch._ops.OpOverload, args: tuple) -> bool:
+    """Whether a Python number sits in a Tensor argument's place: a composite that wraps a scalar
+    (remainder.Scalar calls remainder.Tensor with a wrapped number) hands the mode the number,
+    and no Python call of the op accepts it back."""
+    if not any(type(a) in _NUMBERS for a in args):
+        return False
+    if _ALLOWS_NUMBERS(func._schema.name.rpartition("::")[2]):
+        return False  # add, mul, sub, div...: their kernels take the number (as a wrapped one)
+    schema = func._schema.arguments
+    return any(
+        type(a) in _NUMBERS and i < len(schema) and isinstance(schema[i].type, torch.TensorType)
+        for i, a in enumerate(args)
+    )
+
+
+def _scalar_sibling(func: torch._ops.OpOverload, args: tuple) -> torch._ops.OpOverload | None:
+    """The overload of the same op that takes a Scalar where `func` takes the Tensor that a
+    number was given for (remainder.Tensor -> remainder.Scalar), the rest alike; None if none."""
+    want = func._schema.arguments
+    packet = func.overloadpacket
+    for name in packet.overloads():
+        sibling = getattr(packet, name)
+        have = sibling._schema.arguments
+        if sibling is func or len(have) != len(want):
+            continue
+        if all(
+            str(h.type) == str(w.type)
+            or (
+                i < len(args) and type(args[i]) in _NUMBERS and isinstance(h.type, torch.NumberType)
+            )
+            for i, (h, w) in enumerate(zip(have, want, strict=True))
+        ):
+            return sibling
+    return None
+
+
+# The dtype a wrapped number of each Python type has (c10's scalar_to_tensor).
+_WRAPPED = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+def _as_tensors(func: torch._ops.OpOverload, args: tuple) -> tuple:
+    """`args` with each number in a Tensor's place made a 0-dim CPU tensor of its wrapped
+    dtype: right but for type promotion against other 0-dim tensors (a wrapped number defers)."""
+    schema = func._schema.arguments
+    return tuple(
+        torch.tensor(a, dtype=_WRAPPED[type(a)])
+        if type(a) in _NUMBERS and i < len(schema) and isinstance(schema[i].type, torch.TensorType)
+        else a
+        for i, a in enumerate(args)
+    )
+
+
 def _factory_device(kwargs: dict[str, Any]) -> str | None:
     dev = kwargs.get("device")
     return torch.device(dev).type if isinstance(dev, (str, torch.device)) else None
@@ -162,7 +219,7 @@ def _factory_device(kwargs: dict[str, Any]) -> str | None:
 
 class DispatchWatch(TorchDispatchMode):
     """`with DispatchWatch(device) as w: ...` then `w.fallbacks` ({op: calls that took the
-    backend fallback}), `w.kinds` ({kind: calls}), `w.missing`, `w.roundtrips` ({op: calls whose
+    backend fallback}), `w.kinds` ({kind: calls}), `w.calls` ({(op, kind): calls}), `w.missing`, `w.roundtrips` ({op: calls whose
     own kernel copied across the host boundary}) and `w.key` (None where the dispatcher cannot
     tell: the CPU, or a device type with no backend key; then nothing is measured)."""
 
@@ -174,6 +231,7 @@ class DispatchWatch(TorchDispatchMode):
         self.fallbacks: Counter = Counter()
         self.missing: Counter = Counter()
         self.roundtrips: Counter = Counter()
+        self.calls: Counter = Counter()  # (op, kind) -> calls: what each op dispatched to
         self.nested = 0  # calls on the device made inside a kernel of its own
         self._running: tuple | None = None  # the call whose kernel runs under the watch, if any
         self._frames: list[list] = []  # [op, crossed the host] of each enclosing kernel-kind call
@@ -213,6 +271,14 @@ class DispatchWatch(TorchDispatchMode):
         name = op_name(func)
         kind = classify(name, self.key)
         self.kinds[kind] += 1
+        self.calls[(name, kind)] += 1
+        if _number_for_tensor(func, args):
+            # Called as the Scalar overload, unwatched inside: the number keeps its wrapped-
+            # number semantics (type promotion, precision), which no tensor made here has.
+            sibling = _scalar_sibling(func, args)
+            if sibling is not None:
+                return sibling(*args, **kwargs)
+            args = _as_tensors(func, args)  # no Scalar overload: a 0-dim tensor of its kind
         if self._frames:
             self._inside_kernel(name, args, kwargs)
         if kind == FALLBACK:

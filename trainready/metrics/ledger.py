@@ -13,18 +13,33 @@ no slower at either, and None ("never") when it is slower per step — also when
 then it is ahead only for short runs, until `ahead_until_step`. A steady rate known only within
 an interval gives a break-even range (`break_even_range`). Pure arithmetic: the train suite feeds
 it measurements, and `trainready ledger` feeds it published numbers.
+
+A mode's first step is its first *valid* result: the first step whose loss the numerics check
+accepted (`first_valid`: the steps before it, whose losses were rejected, are on its clock). The
+bill (`bill`) adds what the run paid before any valid result, the failed attempts (cases that
+crashed or timed out first: their whole time, charged to each mode that got no valid step out of
+them), and, with a price per device-hour, turns seconds into money:
+
+    bill_s(N) = failed_s + total(N)          cost(N) = bill_s(N) * price_per_hour / 3600
+
+The bill's break-even step is the break-even of the modes with their failed attempts added to
+their first steps: the time ledger's own when both modes carry the same failed time (the price is
+one device's, the same for both modes, so money breaks even at the same step as the bill's
+seconds). No price: no money figures (None, read "no price given"), never 0.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainready.core.config import ConfigError
 
 DEFAULT_STEPS = (1, 10, 100, 1_000, 10_000, 100_000)
+SECONDS_PER_HOUR = 3600.0
+NO_PRICE = "no price given"
 
 
 @dataclass(frozen=True)
@@ -159,12 +174,16 @@ def ledger(
     tokens_per_step: float,
     steps: Sequence[int] = DEFAULT_STEPS,
     speedup: Sequence[float] | None = None,
+    failed_s: Mapping[str, float] | None = None,
+    price_per_hour: float | None = None,
 ) -> dict[str, Any]:
     """The calculator's answer: totals of every mode at every N, the break-even step of the second
     mode against the first (None with fewer than two modes, or when it never comes) and, for a
     second mode that starts faster but loses per step, the last step it is still ahead. With
     `speedup`, an interval (lo, hi) of the second mode's steady rate over the first's, also the
-    break-even range over it and whether it is conclusive (the interval does not include 1)."""
+    break-even range over it and whether it is conclusive (the interval does not include 1). With
+    `failed_s` ({mode name: seconds of failed attempts}) or `price_per_hour`, also "bill"
+    (`bill`)."""
     if not modes:
         raise ConfigError("give at least one mode")
     names = [m.name for m in modes]
@@ -185,6 +204,8 @@ def ledger(
     }
     if speedup is not None:
         result.update(_uncertain(modes, tokens_per_step, speedup))
+    if failed_s is not None or price_per_hour is not None:
+        result["bill"] = bill(modes, tokens_per_step, steps, failed_s, price_per_hour)
     return result
 
 
@@ -204,6 +225,108 @@ def _uncertain(
         "break_even_range": list(break_even_range(modes[0], modes[1], tokens_per_step, speedup)),
         "conclusive": not lo <= 1 <= hi,
     }
+
+
+# --- the bill: the first valid result, failed attempts, money -------------------------------------
+
+
+def check_price(price_per_hour: Any) -> float | None:
+    """A price per device-hour: None (not given) or a finite number > 0; else ConfigError. A
+    price of 0 is refused: "free" is no price, and a bill of 0 would read as one."""
+    if price_per_hour is None:
+        return None
+    if (
+        isinstance(price_per_hour, bool)
+        or not isinstance(price_per_hour, (int, float))
+        or not math.isfinite(price_per_hour)
+        or price_per_hour <= 0
+    ):
+        raise ConfigError(
+            "the price per device-hour (--price-per-hour, price_per_hour) must be a finite "
+            f"number > 0, got {price_per_hour!r}"
+        )
+    return float(price_per_hour)
+
+
+def cost(seconds: float, price_per_hour: float | None) -> float | None:
+    """Money for `seconds` of the device at `price_per_hour`: seconds * price / 3600; None
+    without a price (never 0)."""
+    if price_per_hour is None:
+        return None
+    return seconds * check_price(price_per_hour) / SECONDS_PER_HOUR
+
+
+def first_valid(
+    first_step_s: float, step_times_s: Sequence[float], accepted: Sequence[bool]
+) -> tuple[int, float] | None:
+    """The first valid result of a training run: (k, seconds), k the first step (0-based) whose
+    loss the numerics check accepted, seconds the time to the end of it, the first step and the
+    k steps after it that ran before it: first_step_s + sum(step_times_s[:k]); None when no
+    step's loss was accepted (or none was timed)."""
+    k = next((i for i, ok in enumerate(accepted) if ok), None)
+    if k is None or k > len(step_times_s):
+        return None
+    return k, first_step_s + math.fsum(step_times_s[:k])
+
+
+def _failed(modes: Sequence[Mode], failed_s: Mapping[str, float] | None) -> dict[str, float]:
+    failed = {m.name: 0.0 for m in modes}
+    for name, seconds in (failed_s or {}).items():
+        if name not in failed:
+            raise ConfigError(
+                f"failed attempts for {name!r}, which is no mode; modes: {', '.join(failed)}"
+            )
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ConfigError(f"failed attempts must take >= 0 s, got {seconds!r} for {name!r}")
+        failed[name] = float(seconds)
+    return failed
+
+
+def bill(
+    modes: Sequence[Mode],
+    tokens_per_step: float,
+    steps: Iterable[int],
+    failed_s: Mapping[str, float] | None = None,
+    price_per_hour: float | None = None,
+) -> dict[str, Any]:
+    """The full bill of every mode at every N: {"failed_s": {mode: s}, "price_per_hour": price or
+    None, "seconds": {mode: {N: failed_s + total(N)}}, "cost": {mode: {N: money}} or None (no
+    price), and, with two modes, the bill's "break_even_step" and "ahead_until_step" of the
+    second against the first (their first steps carrying their failed attempts) and
+    "at_break_even": {"seconds": {mode: s}, "cost": {mode: money} or None} at that step (None
+    when it never comes)}."""
+    _check_tokens_per_step(tokens_per_step)
+    price = check_price(price_per_hour)
+    failed = _failed(modes, failed_s)
+    steps = sorted(set(steps))
+    for n in steps:
+        _check_steps(n)
+    charged = [Mode(m.name, m.first_step_s + failed[m.name], m.tokens_per_s) for m in modes]
+
+    def money(by_key: Mapping[Any, float]) -> dict[Any, float] | None:
+        if price is None:
+            return None
+        return {key: cost(s, price) for key, s in by_key.items()}
+
+    seconds = totals(charged, tokens_per_step, steps)
+    result: dict[str, Any] = {
+        "failed_s": failed,
+        "price_per_hour": price,
+        "seconds": seconds,
+        "cost": None if price is None else {name: money(by_n) for name, by_n in seconds.items()},
+        "break_even_step": None,
+        "ahead_until_step": None,
+        "at_break_even": None,
+    }
+    if len(charged) > 1:
+        base, challenger = charged[0], charged[1]
+        n = break_even_step(base, challenger, tokens_per_step)
+        result["break_even_step"] = n
+        result["ahead_until_step"] = ahead_until_step(base, challenger, tokens_per_step)
+        if n is not None:
+            at = {m.name: m.total_s(tokens_per_step, n) for m in charged}
+            result["at_break_even"] = {"seconds": at, "cost": money(at)}
+    return result
 
 
 def parse_mode(text: str) -> Mode:
@@ -252,17 +375,66 @@ def parse_interval(text: str) -> tuple[float, float]:
     return lo, hi
 
 
+def parse_failed(text: str) -> tuple[str | None, float]:
+    """'600' -> (None, 600.0): failed attempts charged to every mode; 'compiled:600' ->
+    ("compiled", 600.0): to that mode alone (the name may itself contain colons)."""
+    name, sep, value = text.rpartition(":")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if (sep and not name) or not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigError(
+            f"malformed --failed-s {text!r}: expected SECONDS or NAME:SECONDS, seconds >= 0, "
+            "e.g. 600 or compiled:600"
+        )
+    return (name or None), seconds
+
+
+def failed_by_mode(modes: Sequence[Mode], given: Iterable[tuple[str | None, float]]) -> dict:
+    """{mode name: seconds} from `parse_failed` pairs: a pair without a name adds to every mode;
+    the seconds given for a mode add up."""
+    names = [m.name for m in modes]
+    failed = dict.fromkeys(names, 0.0)
+    for name, seconds in given:
+        if name is not None and name not in failed:
+            raise ConfigError(
+                f"--failed-s names {name!r}, which is no --mode; modes: {', '.join(names)}"
+            )
+        for key in names if name is None else [name]:
+            failed[key] += seconds
+    return failed
+
+
+def _by_n(by_mode: dict[str, dict[int, float]] | None) -> dict[str, dict[str, float]] | None:
+    if by_mode is None:
+        return None
+    return {name: {str(n): v for n, v in by_n.items()} for name, by_n in by_mode.items()}
+
+
 def to_json(result: dict[str, Any]) -> dict[str, Any]:
     """The calculator's JSON, exactly {"totals": {NAME: {"N": seconds}}, "break_even_step": int or
     null} (JSON keeps object keys as strings: N becomes "N"), plus "break_even_range": [int or
-    null, int or null] and "conclusive": bool when a speedup interval was given."""
+    null, int or null] and "conclusive": bool when a speedup interval was given, and "bill" when
+    failed attempts or a price were: {"failed_s": {NAME: s}, "price_per_hour": number or null,
+    "seconds": {NAME: {"N": s}}, "cost": {NAME: {"N": money}} or null (no price given),
+    "break_even_step": int or null, "at_break_even": {"seconds": {NAME: s}, "cost": {NAME: money}
+    or null} or null}."""
     doc = {
-        "totals": {
-            name: {str(n): s for n, s in by_n.items()} for name, by_n in result["totals"].items()
-        },
+        "totals": _by_n(result["totals"]),
         "break_even_step": result["break_even_step"],
     }
     for key in ("break_even_range", "conclusive"):
         if key in result:
             doc[key] = result[key]
+    if "bill" in result:
+        b = result["bill"]
+        doc["bill"] = {
+            "failed_s": b["failed_s"],
+            "price_per_hour": b["price_per_hour"],
+            "seconds": _by_n(b["seconds"]),
+            "cost": _by_n(b["cost"]),
+            "break_even_step": b["break_even_step"],
+            "at_break_even": b["at_break_even"],
+        }
     return doc

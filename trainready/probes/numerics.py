@@ -68,7 +68,7 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(device="cpu", dtype=torch.float64)
 
 
-def _nonfinite_mismatch(ref: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
+def nonfinite_mismatch(ref: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
     """Positions where either side is non-finite and the two are not the same inf or both NaN."""
     either = ~(torch.isfinite(ref) & torch.isfinite(actual))
     same = (ref == actual) | (torch.isnan(ref) & torch.isnan(actual))
@@ -97,7 +97,7 @@ def _errors(ref: torch.Tensor, actual: torch.Tensor) -> dict[str, Any]:
     return {
         "shape_mismatch": False,
         "numel": ref.numel(),
-        "nonfinite": int(_nonfinite_mismatch(ref, actual).sum().item()),
+        "nonfinite": int(nonfinite_mismatch(ref, actual).sum().item()),
         "max_abs": diff.max().item() if diff.numel() else 0.0,
         "max_rel": (diff / denom).max().item() if diff.numel() else 0.0,
         "rmse": _rms(a - r),
@@ -161,6 +161,26 @@ def _rel_dev(ref: float, dev: float) -> float:
     return abs(dev - ref) / max(abs(ref), _TINY)
 
 
+def _curve_deviations(ref_losses: Sequence[float], dev_losses: Sequence[float]) -> list[float]:
+    """Each step's relative deviation of `dev_losses` from `ref_losses`; inf where either lacks
+    the step."""
+    ref, dev = [float(x) for x in ref_losses], [float(x) for x in dev_losses]
+    return [
+        _rel_dev(ref[i], dev[i]) if i < len(ref) and i < len(dev) else math.inf
+        for i in range(max(len(ref), len(dev)))
+    ]
+
+
+def accepted_losses(
+    ref_losses: Sequence[float], dev_losses: Sequence[float], rel_tol: float
+) -> list[bool]:
+    """Per step of `dev_losses`, whether the loss-curve check accepts its loss: finite, and
+    within `rel_tol` of the reference curve's loss at that step (`loss_curve_compare`'s rule,
+    step by step). Pass a curve as its own reference for the finiteness check alone."""
+    devs = _curve_deviations(ref_losses, dev_losses)
+    return [math.isfinite(float(loss)) and devs[i] <= rel_tol for i, loss in enumerate(dev_losses)]
+
+
 def loss_curve_compare(
     ref_losses: Sequence[float], dev_losses: Sequence[float], rel_tol: float
 ) -> dict[str, Any]:
@@ -168,11 +188,7 @@ def loss_curve_compare(
 
     A step missing from either curve counts as diverging there, so a run that stopped early fails.
     """
-    ref, dev = [float(x) for x in ref_losses], [float(x) for x in dev_losses]
-    devs = [
-        _rel_dev(ref[i], dev[i]) if i < len(ref) and i < len(dev) else math.inf
-        for i in range(max(len(ref), len(dev)))
-    ]
+    devs = _curve_deviations(ref_losses, dev_losses)
     first = next((i for i, d in enumerate(devs) if d > rel_tol), None)
     worst = max(range(len(devs)), key=devs.__getitem__, default=None)
     return {
@@ -252,7 +268,7 @@ def noise_rmse(ref64: torch.Tensor, baseline: torch.Tensor) -> float:
     ref, base = _f64(ref64), _f64(baseline)
     if tuple(ref.shape) != tuple(base.shape):
         raise ValueError(f"baseline shape {list(base.shape)} != reference {list(ref.shape)}")
-    if _nonfinite_mismatch(ref, base).any():
+    if nonfinite_mismatch(ref, base).any():
         return math.inf
     finite = torch.isfinite(ref)
     return _rms(base[finite] - ref[finite])
@@ -266,7 +282,7 @@ def spread_noise(ref64: torch.Tensor, runs: Sequence[torch.Tensor], kappa2: floa
     cancels."""
     ref = _f64(ref64)
     xs = [_f64(r) for r in runs]
-    if any(_nonfinite_mismatch(ref, x).any() for x in xs):
+    if any(nonfinite_mismatch(ref, x).any() for x in xs):
         return math.inf
     finite = torch.isfinite(ref)
     var = torch.stack([x[finite] for x in xs]).var(dim=0, correction=1)

@@ -18,11 +18,15 @@ Cell = str | int | float | None
 @dataclass(frozen=True)
 class Column:
     name: str
-    # "text", "num" (right-aligned, sorts numerically), "status" (a case's status), "verdict"
-    # (a readiness level: ready, partial, not ready, not tested) or "link" (the value is a
-    # section's anchor, `show` gives its title: HTML and Markdown link to it)
+    # "text", "num" (right-aligned, sorts numerically), "status" (a case's status; a list of them
+    # where a row stands for several cases), "verdict" (a readiness level: ready, partial, not
+    # ready, not tested) or "link" (the value is a section's anchor, `show` gives its title: HTML
+    # and Markdown link to it)
     kind: str = "text"
     show: Callable[[Any], str] = fmt.text
+    # A drill-down's HTML offers a menu of this column's values and shows the rows holding the
+    # one picked (as it does for a status column). One value per cell: the text it shows.
+    facet: bool = False
 
     def cell(self, value: Cell) -> str:
         return "" if value is None else self.show(value)

@@ -66,7 +66,9 @@ p.text{margin:4px 0}
 @media (max-width:640px){header{padding:12px 12px 6px}main{padding:0 12px 32px}.stat{min-width:0}}
 """
 
-# Sort any table by clicking a header; filter drill-down tables by text and by status.
+# Sort any table by clicking a header; filter drill-down tables by text, by status and by the
+# value of any facet column (a menu each, `select[data-col]`: the rows whose cell in that column
+# holds the value picked).
 JS = """
 for (const table of document.querySelectorAll("table")) {
   table.tHead.addEventListener("click", (e) => {
@@ -88,14 +90,16 @@ for (const table of document.querySelectorAll("table")) {
   });
 }
 for (const box of document.querySelectorAll(".drill")) {
-  const text = box.querySelector("input"), status = box.querySelector("select");
+  const text = box.querySelector("input"), status = box.querySelector("select:not([data-col])");
+  const facets = [...box.querySelectorAll("select[data-col]")];
   const count = box.querySelector(".count"), rows = [...box.querySelectorAll("tbody tr")];
   const apply = () => {
     const q = text.value.toLowerCase(), s = status ? status.value : "";
     let shown = 0;
     for (const tr of rows) {
       const ok = (!q || tr.textContent.toLowerCase().includes(q)) &&
-        (!s || tr.dataset.status.split(" ").includes(s));
+        (!s || tr.dataset.status.split(" ").includes(s)) &&
+        facets.every((f) => !f.value || tr.cells[+f.dataset.col].dataset.f === f.value);
       tr.hidden = !ok;
       shown += ok;
     }
@@ -103,6 +107,7 @@ for (const box of document.querySelectorAll(".drill")) {
   };
   text.addEventListener("input", apply);
   if (status) status.addEventListener("change", apply);
+  for (const f of facets) f.addEventListener("change", apply);
   apply();
 }
 """
@@ -171,10 +176,18 @@ def _stat(s: Stat) -> str:
 
 
 def _statuses(t: Table, row: list) -> list[str]:
-    """Every status in a row: a side-by-side row has one per run, and a status filter should find
-    a case by any of them (not only by the first run's)."""
-    found = (row[i] for i, c in enumerate(t.columns) if c.kind == "status" and row[i] is not None)
-    return list(dict.fromkeys(str(v) for v in found))
+    """Every status in a row: a side-by-side row has one per run, a row standing for several
+    cases a list, and a status filter should find a row by any of them (not only by the first)."""
+    found: list[str] = []
+    for i, c in enumerate(t.columns):
+        if c.kind == "status" and row[i] is not None:
+            value = row[i]
+            found += [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+    return list(dict.fromkeys(found))
+
+
+def _badge(status: object) -> str:
+    return f'<span class="st st-{escape(str(status))}">{escape(fmt.status(str(status)))}</span>'
 
 
 def _sort_value(v: object) -> str:
@@ -201,6 +214,8 @@ def _table(t: Table) -> str:
             text = escape(c.cell(v))
             if c.kind == "num":
                 cells.append(f'<td class="num" data-v="{_sort_value(v)}">{text}</td>')
+            elif c.kind == "status" and isinstance(v, (list, tuple)):
+                cells.append(f"<td>{' '.join(_badge(s) for s in v)}</td>")
             elif c.kind == "status" and v is not None:
                 cells.append(f'<td><span class="st st-{escape(str(v))}">{text}</span></td>')
             elif c.kind == "verdict" and v is not None:
@@ -209,6 +224,8 @@ def _table(t: Table) -> str:
                 cells.append(f'<td><a href="#{escape(str(v))}">{text}</a></td>')
             else:
                 cells.append(f"<td>{text}</td>")
+            if c.facet:  # the value a facet's menu matches: the text the cell shows
+                cells[-1] = cells[-1].replace("<td", f'<td data-f="{text}"', 1)
         status = (
             f' data-status="{escape(" ".join(_statuses(t, row)))}"' if status_at is not None else ""
         )
@@ -229,6 +246,14 @@ def _drill_down(t: Table, status_at: int | None, table: str) -> str:
             f'<option value="{escape(s)}">{escape(fmt.status(s))}</option>' for s in present
         )
         select = f'<select><option value="">all statuses</option>{options}</select>'
+    for i, c in enumerate(t.columns):
+        if c.facet:
+            values = sorted({c.cell(row[i]) for row in t.rows})
+            options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
+            select += (
+                f'<select data-col="{i}" aria-label="{escape(c.name)}">'
+                f'<option value="">all: {escape(c.name)}</option>{options}</select>'
+            )
     filters = (
         f'<div class="filters"><input type="search" placeholder="filter rows…">'
         f'{select}<span class="count"></span></div>'

@@ -14,7 +14,7 @@ from typing import Any
 from trainready.core.case import Result
 from trainready.reporting import fmt, verdict
 from trainready.reporting.model import Comparison, Report, RunView, SuiteSummary
-from trainready.reporting.sections import headlines
+from trainready.reporting.sections import details, headlines
 
 SCHEMA = "trainready.reporting/1"
 
@@ -74,6 +74,9 @@ def _run(run: RunView, report: Report) -> dict[str, Any]:
             for c in run.causes
         ],
         "results": [_result(r) for r in run.results],
+        # What a suite's section computes over its results (the ops suite's coverage by entry,
+        # its blockers ...), field by field.
+        "sections": details(run),
     }
 
 

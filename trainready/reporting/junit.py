@@ -16,8 +16,9 @@ from trainready.core.case import Result
 from trainready.reporting.model import NOT_RUN, NOT_RUN_REASON, REASON_KEYS, Report, RunView, reason
 
 SKIPPED = frozenset({"unsupported", "skipped"})
-# Diagnostics worth the CI log in full: the why, then where it came from.
-DETAIL_KEYS = (*REASON_KEYS, "traceback", "stderr_tail")
+# Diagnostics worth the CI log in full: the why, where it came from, and the lines that reproduce
+# it (an ops case's failing sample).
+DETAIL_KEYS = (*REASON_KEYS, "traceback", "stderr_tail", "repro")
 # Characters XML 1.0 forbids (ANSI escapes in compiler output, stray NULs) would make the file
 # unparseable.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -38,3 +38,16 @@ def number(value: float) -> str:
 
 def percent(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
+
+
+def money(value: float) -> str:
+    """An amount of money (in a price's currency, which it does not name): two decimals from 1
+    up ('1,234.50'), three significant digits below ('0.286', '0.620', '0.00412'), so a small
+    bill never reads as 0."""
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1:
+        return f"{value:,.2f}"
+    if value == 0:
+        return "0"
+    return f"{value:#.3g}" if abs(value) >= SMALLEST_PLAIN else f"{value:.2e}"

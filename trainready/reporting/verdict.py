@@ -1,7 +1,7 @@
 """The readiness verdict: the scorecard's answer to "is this device ready for research training?"
 
 One line per dimension (correctness, numerics, host fallbacks, compile, time to first step,
-throughput, attention, distributed), each `ready`, `partial`, `not ready` or `not tested`, with
+throughput, attention, distributed, operators), each `ready`, `partial`, `not ready` or `not tested`, with
 the one reason that decides it and the report section that holds the evidence. The thresholds are
 in `verdict.toml` beside this module; a team's own TOML file overrides any of them
 (`load_rules(path)`, `--verdict-config FILE`).
@@ -31,6 +31,7 @@ from trainready.reporting.rules import Rules, load_rules
 from trainready.reporting.sections import dist as dist_section
 from trainready.reporting.sections import host as host_section
 from trainready.reporting.sections import matmul as matmul_section
+from trainready.reporting.sections import ops as ops_section
 
 READY, PARTIAL, NOT_READY, NOT_TESTED = "ready", "partial", "not ready", "not tested"
 LEVELS = (READY, PARTIAL, NOT_READY, NOT_TESTED)
@@ -226,10 +227,20 @@ def _range(rules: dict[str, Any], what: str, prefix: str = "") -> tuple[float, f
     return rules[f"{prefix}ready_min_{what}"], rules[f"{prefix}partial_min_{what}"]
 
 
+# Suites whose numerics another dimension judges: the ops suite's thousands of single-op checks
+# are the operators dimension's, so a wrong op counts once, and they do not dilute the share of
+# training checks (parity) that are wrong.
+NUMERICS_ELSEWHERE = ("ops",)
+
+
 def numerics(run: RunView, rules: dict[str, Any]) -> _Finding:
     if not run.results:
         return _Finding(NOT_TESTED, "no case ran")
-    checked = [r for r in run.results if r.status in ("pass", "fail_numerics")]
+    checked = [
+        r
+        for r in run.results
+        if r.status in ("pass", "fail_numerics") and r.case.suite not in NUMERICS_ELSEWHERE
+    ]
     wrong = [r for r in checked if r.status == "fail_numerics"]
     if not wrong and "parity" not in run.suites:
         return _Finding(
@@ -520,6 +531,63 @@ def distributed(run: RunView, rules: dict[str, Any]) -> _Finding:
     return _Finding(level, text, "dist")
 
 
+def _host_ops(run: RunView) -> tuple[bool, dict[str, str]]:
+    """(measured, overload -> fallback | roundtrip) over the ops cases' dispatch classes."""
+    results = run.in_suite("ops")
+    measured = any(ops_section.dispatch_measured(r) for r in results)
+    found: dict[str, str] = {}
+    for r in results:
+        aten = r.diagnostics.get("aten")
+        for overload, cls in aten.items() if isinstance(aten, dict) else ():
+            if cls in ops_section.HOST_CLASSES:
+                found[str(overload)] = str(cls)
+    return measured, found
+
+
+def operators(run: RunView, rules: dict[str, Any]) -> _Finding:
+    """The ops suite: the share of judged cases that pass (`ops.judged`: skipped ones are not the
+    device's, op_db marking the CPU a wrong reference, the CPU unable to run the dtype, no
+    samples; nor is op_db failing to import), and, for ready, at most `ready_max_host_ops` aten
+    overloads run by the host (a fallback, or a round-trip inside the device's kernel)."""
+    entries = _entries(run, "ops")
+    if found := _absent(run, "ops", entries):
+        return _Finding(found.status, f"not measured: {found.reason}", found.suite)
+    judged = [e for e in entries if ops_section.judged(e[1])]
+    skipped = Counter(
+        str(r.diagnostics.get("skipped") or r.diagnostics.get("unsupported") or "unspecified")
+        for _, r in entries
+        if not ops_section.judged(r)
+    )
+    left_out = ", ".join(f"{k} {n}" for k, n in skipped.most_common())
+    if not judged:
+        return _Finding(NOT_TESTED, f"not measured: every ops case was skipped ({left_out})", "ops")
+    passed = sum(_status(e) == "pass" for e in judged)
+    level = _higher(passed / len(judged), *_range(rules, "pass_rate"))
+    text = _share(passed, len(judged)).replace("cases", "judged ops cases", 1)
+    if level != READY:
+        text += f", below the {fmt.percent(rules['ready_min_pass_rate'])} ready needs; "
+        text += _example(judged)
+    if skipped:
+        text += f"; not the device's, not counted: {left_out}"
+    measured, host = _host_ops(run)
+    on_cpu = str(run.record.device).split(":", 1)[0] == "cpu"
+    if measured:
+        ops = sorted(host)
+        if len(ops) > rules["ready_max_host_ops"]:
+            what = fmt.plural(len(ops), "aten overload")
+            host_text = f"{what} ran on the host (fallback or round-trip): {_named(ops)}"
+            if level == READY:
+                allowed = _limit(rules["ready_max_host_ops"])
+                return _Finding(
+                    PARTIAL, f"{host_text}, over the {allowed} ready allows; {text}", "ops"
+                )
+            text += f"; {host_text}"
+    elif not on_cpu and level == READY:
+        why = "host fallbacks not measured: no ops case recorded its dispatch classes"
+        return _Finding(PARTIAL, f"{why}; {text}", "ops")
+    return _Finding(level, text, "ops")
+
+
 DIMENSIONS: list[tuple[str, str, Callable[[RunView, dict[str, Any]], _Finding]]] = [
     ("correctness", "correctness (parity: eager, compiled)", correctness),
     ("numerics", "numerics", numerics),
@@ -529,4 +597,5 @@ DIMENSIONS: list[tuple[str, str, Callable[[RunView, dict[str, Any]], _Finding]]]
     ("throughput", "throughput (MFU)", throughput),
     ("attention", "attention (flex)", attention),
     ("distributed", "distributed", distributed),
+    ("operators", "operators (ops: op_db forward, backward)", operators),
 ]

@@ -20,7 +20,7 @@ from trainready.core.suite import KINDS, check_suite, suite_cpu_cores, suite_kin
 # module is not in this build yet is left out of `all` and of the valid choices.
 _PLANNED: dict[str, str] = {
     name: f"trainready.suites.{name}.suite"
-    for name in ("matmul", "flex", "parity", "train", "dist")
+    for name in ("matmul", "flex", "ops", "parity", "train", "dist")
 }
 SUITES: dict[str, str] = {
     name: path for name, path in _PLANNED.items() if importlib.util.find_spec(path) is not None
@@ -37,6 +37,7 @@ FLAG_USERS: dict[str, tuple[str, ...]] = {
     "variants": ("flex",),
     "baseline": ("parity",),
     "profile": ("train",),
+    "price_per_hour": ("train",),
 }
 
 

@@ -45,6 +45,15 @@ The faults, each a class of bug that device kernels really have:
   (`aten::_foreach_div_.ScalarList`, used by AdamW's foreach step) does nothing: the second-moment
   bias correction is skipped, a classic bug of fused optimizer kernels (31.6x too large a step at
   t = 1 with the default betas).
+- `exp_1pct`: `aten::exp` 1% too large for floating inputs (computed at fp32 or wider, rounded
+  once). Imitates a wrong constant in a fast exp (the range reduction's ln 2, a polynomial
+  coefficient): every output off by the same small factor, well inside bf16's elementwise rtol.
+- `sum_drops_last`: `aten::sum.dim_IntList` leaves out the last element of every reduced run
+  (index -1 along each reduced dim). Imitates a vectorised reduction whose remainder loop stops
+  one short. It also shows in the gradient of a broadcast operand, which autograd sums back to
+  the operand's shape.
+- `gelu_backward_2pct`: `aten::gelu_backward` (both forms, exact and tanh) returns an input
+  gradient 2% too large: a hand-written backward with a wrong constant, the forward right.
 
 Correct-but-different: a device may compute the same mathematics in another order, and the rule
 must not fail it for that.
@@ -53,6 +62,18 @@ must not fail it for that.
   added, then rounded to the output dtype: the split-K schedule GPU GEMMs use for tall-K shapes.
 - `sum_reordered`: `aten::sum.dim_IntList` over the input reversed along the reduced dims, so the
   additions happen in another order (as a tree reduction on a device would).
+- `addbmm_float64`: `aten::addbmm` computed in float64 and rounded once to its dtype: more
+  accurate than the CPU, whose kernel adds each batch's product into the output at the output's
+  dtype (in bf16, about twice one rounding's error on op_db's first addbmm sample). Closer to
+  float64 than the CPU is never a failure.
+
+The ops suite (`trainready/suites/ops`) runs op_db's entries one op at a time: `Fault.ops` names
+the entries (and forms, dtypes) whose cases run a fault's kernel, and `ops_cases(name)` makes
+those cases (the quick preset's dtypes and samples). `adamw_bias_correction` has none (op_db
+holds no `_foreach_*` entry); `attention_mask_dropped`'s only one, SDPA, runs the broken mask
+builder but is judged by shape and dtype alone (op_db marks the entry non-deterministic, for
+its dropout samples), so the ops suite cannot see that fault (benchmarks/results/
+planted-faults.md, "The ops suite on emu").
 
 Where the model has many ReLU decisions within rounding of the kink, another order flips some of
 them, and the rule then pools independently rounded runs (`suites.parity.rejudge.pooled`): the GEMM,
@@ -95,6 +116,8 @@ DISPATCH_KEY = "PrivateUse1"
 
 SOFTMAX_SCALE = 1.02
 NORM_BACKWARD_SCALE = 1.01
+EXP_SCALE = 1.01
+GELU_BACKWARD_SCALE = 1.02
 BF16_GOAL = 0.02  # faults of this relative size or more must be caught in bf16 (and fp16) too
 
 
@@ -115,21 +138,26 @@ class Fault:
 
     `expect` is "catch" for a wrong kernel and "pass" for a correct-but-different one.
     `parity_case` is the synthetic parity variant whose model runs the op (`base`, or a one-axis
-    variant like `norm=layernorm`), or `custom/<factory>` for a model factory (SHARP_ATTENTION);
-    `matmul` says whether the matmul suite's GEMMs run it.
+    variant like `norm=layernorm`), `custom/<factory>` for a model factory (SHARP_ATTENTION), or
+    None where no synthetic model runs it (the ops suite alone does);
+    `matmul` says whether the matmul suite's GEMMs run it. `ops` names the ops suite's cases
+    that run the replaced kernels, each "entry" (every case the preset plans for that op_db
+    entry), "entry/form" (its `fwd`, `bwd`, `inplace` or `out` cases) or "entry/dtype/form" (one
+    case): `ops_cases` makes them.
     """
 
     name: str
     expect: str
     imitates: str
     kernels: dict[str, Callable] = field(repr=False)
-    parity_case: str = "base"
+    parity_case: str | None = "base"
     matmul: bool = False
     size: float | None = None  # the relative size of the error, where it is one (0.02: 2%)
     also_on: tuple[str, ...] = ()  # further synthetic variants the catch table runs it on
     # Cases on which the fault, though of BF16_GOAL or more where it acts, moves the model by
     # less (its fp32 row measures by how much): there bf16 is not required to catch it.
     weak_on: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()  # the ops suite's cases that run it (see above)
 
     def required(self, dtype: str) -> bool:
         """Whether the catch goal requires this fault caught at `dtype` (`catch_required`)."""
@@ -295,6 +323,80 @@ def _sum_reordered(
     return torch.sum(c, dims, keepdim, dtype=dtype).to(x.device)
 
 
+# --- exp_1pct -------------------------------------------------------------------------------------
+
+
+def _exp_off(x: torch.Tensor) -> torch.Tensor:
+    """exp, EXP_SCALE too large for floating inputs (computed at fp32 or wider, rounded once)."""
+    c = _cpu(x)
+    if not c.is_floating_point():  # exp of an integer: right (only the float path is broken)
+        return torch.exp(c).to(x.device)
+    _hit("exp_1pct", "aten::exp")
+    acc = torch.promote_types(c.dtype, torch.float32)
+    return (torch.exp(c.to(acc)) * EXP_SCALE).to(c.dtype).to(x.device)
+
+
+# --- sum_drops_last -------------------------------------------------------------------------------
+
+
+def _sum_drops_last(
+    x: torch.Tensor,
+    dim: Sequence[int] | None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """sum.dim_IntList that leaves out the last element of every reduced run: the entry at index
+    -1 along each reduced dim (all of them for `dim` None or []; the only one of a 0-dim input)."""
+    c = _cpu(x)
+    dims = [d % c.dim() for d in dim] if dim and c.dim() else list(range(c.dim()))
+    kept = c.clone()
+    if kept.numel():  # an empty reduction has no last element to drop
+        _hit("sum_drops_last", "aten::sum.dim_IntList")
+        index = [slice(None)] * c.dim()
+        for d in dims:
+            index[d] = -1
+        kept[tuple(index)] = 0
+    return torch.sum(kept, dims, keepdim, dtype=dtype).to(x.device)
+
+
+# --- gelu_backward_2pct ---------------------------------------------------------------------------
+
+
+def _gelu_backward_skewed(
+    grad_output: torch.Tensor, x: torch.Tensor, *, approximate: str = "none"
+) -> torch.Tensor:
+    """GELU's backward GELU_BACKWARD_SCALE too large, either form (computed at fp32 or wider and
+    rounded once, as the CPU's kernel does)."""
+    _hit("gelu_backward_2pct", "aten::gelu_backward")
+    acc = torch.promote_types(grad_output.dtype, torch.float32)
+    g, xc = _cpu(grad_output).to(acc), _cpu(x).to(acc)
+    grad = torch.ops.aten.gelu_backward(g, xc, approximate=approximate) * GELU_BACKWARD_SCALE
+    return grad.to(grad_output.dtype).to(grad_output.device)
+
+
+# --- addbmm_float64 -------------------------------------------------------------------------------
+
+
+def _addbmm_float64(
+    x: torch.Tensor,
+    batch1: torch.Tensor,
+    batch2: torch.Tensor,
+    *,
+    beta: float = 1,
+    alpha: float = 1,
+) -> torch.Tensor:
+    """addbmm computed in float64 (complex128) and rounded once to its dtype."""
+    _hit("addbmm_float64", "aten::addbmm")
+    dtype = batch1.dtype
+    wide = {True: torch.complex128, False: torch.float64}[dtype.is_complex]
+    args = [_cpu(t) for t in (x, batch1, batch2)]
+    if dtype.is_floating_point or dtype.is_complex:
+        args = [t.to(wide) for t in args]
+    out = torch.addbmm(*args, beta=beta, alpha=alpha)
+    return out.to(dtype).to(batch1.device)
+
+
 # --- a model whose attention a 2% scale moves ---------------------------------------------------
 
 # A 2% scale of the softmax's input is not a 2% error in what parity judges: the output moves by
@@ -331,6 +433,11 @@ def sharp_attention(seed: int = 0) -> torch.nn.Module:
 
 # --- the registry ---------------------------------------------------------------------------------
 
+# The ops suite's cases that run aten::mm (bwd: the transposed operands of its gradients) and
+# aten::sum.dim_IntList (sum itself; sum_to_size; the reduction of a broadcast operand's gradient).
+GEMM_OPS = ("mm", "matmul", "nn.functional.linear")
+SUM_OPS = ("sum", "sum_to_size", "mul/bwd")
+
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
@@ -342,6 +449,7 @@ FAULTS: dict[str, Fault] = {
             size=SOFTMAX_SCALE - 1,
             also_on=("position=alibi", f"custom/{SHARP_ATTENTION}"),
             weak_on=("base", "position=alibi", f"custom/{SHARP_ATTENTION}"),
+            ops=("softmax", "softmax(with_dtype)", "torch.ops.aten._safe_softmax.default"),
         ),
         Fault(
             "gemm_contiguous_only",
@@ -350,6 +458,7 @@ FAULTS: dict[str, Fault] = {
             {"mm": _mm_contiguous_only, "mm.out": _out_variant(_mm_contiguous_only)},
             matmul=True,
             also_on=(f"custom/{NEAR_KINKS}",),
+            ops=GEMM_OPS,
         ),
         Fault(
             "norm_backward_1pct",
@@ -358,6 +467,7 @@ FAULTS: dict[str, Fault] = {
             {"native_layer_norm_backward": _layer_norm_backward_skewed},
             parity_case="norm=layernorm",
             size=NORM_BACKWARD_SCALE - 1,
+            ops=("native_layer_norm/bwd", "nn.functional.layer_norm/bwd"),
         ),
         Fault(
             "attention_mask_dropped",
@@ -365,6 +475,7 @@ FAULTS: dict[str, Fault] = {
             "SDPA's causal mask dropped (every query sees the future)",
             {"tril": _tril_dropping_masks},
             also_on=(f"custom/{NEAR_KINKS}",),
+            ops=("nn.functional.scaled_dot_product_attention",),
         ),
         Fault(
             "adamw_bias_correction",
@@ -379,6 +490,7 @@ FAULTS: dict[str, Fault] = {
             "top-k that routes every 4th token's last pick to the next-best expert",
             {"topk": _topk_next_best},
             parity_case="moe=topk",
+            ops=("topk",),
         ),
         Fault(
             "split_k_gemm",
@@ -387,6 +499,7 @@ FAULTS: dict[str, Fault] = {
             {"mm": _mm_split_k, "mm.out": _out_variant(_mm_split_k)},
             matmul=True,
             also_on=(f"custom/{NEAR_KINKS}",),
+            ops=GEMM_OPS,
         ),
         Fault(
             "sum_reordered",
@@ -394,6 +507,41 @@ FAULTS: dict[str, Fault] = {
             "sum over the reduced dims in reverse order (another reduction order)",
             {"sum.dim_IntList": _sum_reordered},
             also_on=(f"custom/{NEAR_KINKS}",),
+            ops=SUM_OPS,
+        ),
+        Fault(
+            "exp_1pct",
+            "catch",
+            "exp 1% too large (a wrong constant in a fast exp's range reduction or polynomial)",
+            {"exp": _exp_off},
+            parity_case=None,
+            size=EXP_SCALE - 1,
+            ops=("exp",),
+        ),
+        Fault(
+            "sum_drops_last",
+            "catch",
+            "sum whose tail loop stops one short (the last element of every reduced run dropped)",
+            {"sum.dim_IntList": _sum_drops_last},
+            ops=SUM_OPS,
+        ),
+        Fault(
+            "gelu_backward_2pct",
+            "catch",
+            "GELU's backward 2% too large (a wrong constant in a hand-written backward)",
+            {"gelu_backward": _gelu_backward_skewed},
+            parity_case="mlp=gelu",
+            size=GELU_BACKWARD_SCALE - 1,
+            ops=("nn.functional.gelu/bwd",),
+        ),
+        Fault(
+            "addbmm_float64",
+            "pass",
+            "addbmm accumulated in float64 and rounded once (more accurate than the CPU's, "
+            "which rounds after every batch)",
+            {"addbmm": _addbmm_float64},
+            parity_case=None,
+            ops=("addbmm",),
         ),
     )
 }
@@ -403,6 +551,30 @@ def _fault(name: str) -> Fault:
     if name not in FAULTS:
         raise ValueError(f"unknown fault {name!r}; valid: {', '.join(FAULTS)}")
     return FAULTS[name]
+
+
+def ops_cases(name: str, preset: str = "quick") -> list:
+    """The ops suite's cases (trainready.core.case.Case) that fault `name`'s `ops` names, in that
+    order: an entry's cases as `preset` plans them; a form `preset` does not plan (in-place,
+    out=) in the dtypes the standard preset plans it in, with `preset`'s samples. ValueError for
+    an entry this torch's op_db lacks."""
+    from trainready.suites.ops import catalog, plan
+
+    entries = catalog.entries()
+    known = {e["entry"] for e in entries}
+    spec = plan.PRESETS[preset]
+    planned_forms = {form for _, form in spec.forms}
+    out: dict[str, object] = {}
+    for item in _fault(name).ops:
+        entry, *rest = item.split("/")
+        if entry not in known:
+            raise ValueError(f"fault {name!r}: op_db has no entry {entry!r}")
+        dtype, form = rest if len(rest) == 2 else (None, rest[0] if rest else None)
+        source = preset if form is None or form in planned_forms else "standard"
+        for case in plan.plan("ops", entries, source, dtype, [entry], spec.samples):
+            if case.params["entry"] == entry and form in (None, case.name.rsplit("/", 1)[1]):
+                out.setdefault(case.name, case)
+    return list(out.values())
 
 
 def plant(name: str) -> torch.library.Library:
@@ -891,6 +1063,7 @@ __all__ = [
     "ModelFault",
     "planted",
     "hits",
+    "ops_cases",
     "plant",
     "plant_from_env",
     "remove",

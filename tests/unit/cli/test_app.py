@@ -121,6 +121,18 @@ def test_run_help_lists_every_suite_and_dtype():
     assert f"--dtype <str> {', '.join(DTYPES)} (default: per suite)" in text
 
 
+def test_run_and_ledger_help_explain_the_price_per_device_hour():
+    text = _help_text("run")
+    assert "--price-per-hour <float> Price of one device-hour, in your currency (same as --set" in (
+        text
+    )
+    assert 'x P / 3600; without it, "no price given", never 0 (train).' in text
+    text = _help_text("ledger")
+    assert "--price-per-hour <float> Price of one device-hour" in text
+    assert "cost(N) = (failed attempts + time to N steps) x price / 3600" in text
+    assert "--failed-s <list[str]> [NAME:]SECONDS, repeatable" in text
+
+
 def test_mfu_help_lists_the_named_models_and_device_kinds():
     text = _help_text("mfu")
     assert f"A named config ({', '.join(list_specs())};" in text

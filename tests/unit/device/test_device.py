@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.support.fake_gemm import FakeGemm, SizedGemm
 from trainready import device as dev
 from trainready.core.config import ConfigError
 from trainready.core.store import Store
@@ -158,9 +159,15 @@ def test_calibrate_peak_respects_its_budget():
 
 @pytest.fixture
 def counted_calibration(monkeypatch):
-    """Make calibrations small and count them."""
+    """Make calibrations small and count them: on planted timings (a steady device), so every
+    one is confirmed and cached whatever the test machine's load (`tests/unit/device/test_peak.py`
+    tests calibrations that are not)."""
     calls = []
     real = dev.calibrate_peak
+    monkeypatch.setattr(peak_mod, "_time_matmuls", SizedGemm(rate=1e12))
+    monkeypatch.setattr(
+        peak_mod, "read_reference", lambda d, t: dev.read_reference(d, t, timed=FakeGemm().timed)
+    )
 
     def small(device, dtype, **kw):
         calls.append((device, dtype))

@@ -4,6 +4,7 @@ the `trainready ledger` calculator with its exact interface."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import pytest
@@ -12,11 +13,18 @@ from tests.support import paths
 from tests.support.clirun import cli
 from trainready.core.config import ConfigError
 from trainready.metrics.ledger import (
+    NO_PRICE,
     Mode,
     ahead_until_step,
+    bill,
     break_even_range,
     break_even_step,
+    check_price,
+    cost,
+    failed_by_mode,
+    first_valid,
     ledger,
+    parse_failed,
     parse_interval,
     parse_mode,
     parse_steps,
@@ -189,3 +197,159 @@ def test_cli_bad_input_is_one_line_and_exit_2(mode):
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"malformed --mode '{mode}'" in lines[0]
+
+
+# --- the full bill: the seed's ledger, money, failed attempts, the first valid result ------------
+#
+# The seed (issue #39, item 6): eager against compiled, 296.8 / 343.7 s to 20 steps and
+# 769.2 / 714.0 s to 100 steps, compiled breaking even at step 57. The ledger's inputs, by hand
+# from total(N) = first + (N - 1) * step:
+#   eager:    step = (769.2 - 296.8) / 80 = 5.905 s,    first = 296.8 - 19 * 5.905   = 184.605 s
+#   compiled: step = (714.0 - 343.7) / 80 = 4.62875 s,  first = 343.7 - 19 * 4.62875 = 255.75375 s
+# compiled starts 71.14875 s behind and gains 1.27625 s a step: 71.14875 / 1.27625 = 55.75 steady
+# steps, so it is caught up at N = 1 + 56 = 57 (behind by 0.955 s at 56, ahead by 0.321 s at 57).
+SEED_TOKENS = 4096  # any tokens per step: tokens/s below is chosen to give the step times above
+SEED_EAGER = Mode("eager", 184.605, SEED_TOKENS / 5.905)
+SEED_COMPILED = Mode("compiled", 255.75375, SEED_TOKENS / 4.62875)
+PRICE = 2.00  # per device-hour: 1 s costs 2 / 3600 = 0.000555...
+
+
+def test_the_seed_ledger_reproduces_its_four_totals_and_break_even_at_57():
+    totals = ledger([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [20, 56, 57, 100])
+    assert totals["totals"]["eager"][20] == pytest.approx(296.8)
+    assert totals["totals"]["compiled"][20] == pytest.approx(343.7)
+    assert totals["totals"]["eager"][100] == pytest.approx(769.2)
+    assert totals["totals"]["compiled"][100] == pytest.approx(714.0)
+    assert totals["break_even_step"] == 57
+    # 184.605 + 55 * 5.905 = 509.38 vs 255.75375 + 55 * 4.62875 = 510.335; at 57: 515.285 vs
+    # 514.96375.
+    assert totals["totals"]["eager"][56] == pytest.approx(509.38)
+    assert totals["totals"]["compiled"][56] == pytest.approx(510.33500)
+    assert totals["totals"]["eager"][57] == pytest.approx(515.285)
+    assert totals["totals"]["compiled"][57] == pytest.approx(514.96375)
+
+
+def test_the_seed_bill_at_two_per_device_hour():
+    # cost = seconds * 2.00 / 3600, by hand:
+    #   N = 20:  eager 296.8 / 1800 = 0.164889,   compiled 343.7 / 1800 = 0.190944
+    #   N = 100: eager 769.2 / 1800 = 0.427333,   compiled 714.0 / 1800 = 0.396667
+    #   break-even, N = 57: eager 515.285 / 1800 = 0.286269, compiled 514.96375 / 1800 = 0.286091
+    b = bill([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [20, 100], price_per_hour=PRICE)
+    assert b["price_per_hour"] == 2.0 and b["failed_s"] == {"eager": 0.0, "compiled": 0.0}
+    assert b["seconds"]["eager"] == pytest.approx({20: 296.8, 100: 769.2})
+    assert b["cost"]["eager"] == pytest.approx({20: 0.164889, 100: 0.427333}, abs=1e-6)
+    assert b["cost"]["compiled"] == pytest.approx({20: 0.190944, 100: 0.396667}, abs=1e-6)
+    # Money breaks even where time does: one price for both modes.
+    assert b["break_even_step"] == 57
+    at = b["at_break_even"]
+    assert at["seconds"] == pytest.approx({"eager": 515.285, "compiled": 514.96375})
+    assert at["cost"] == pytest.approx({"eager": 0.286269, "compiled": 0.286091}, abs=1e-6)
+
+
+def test_failed_attempts_add_to_the_bill_and_move_its_break_even_only_when_one_sided():
+    # 600 s of failed attempts charged to both: every bill + 600 s (+ 600 / 1800 = 0.333333),
+    # the break-even still 57.
+    both = bill([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [100], {"eager": 600, "compiled": 600},
+                PRICE)  # fmt: skip
+    assert both["seconds"]["eager"][100] == pytest.approx(1369.2)
+    assert both["cost"]["eager"][100] == pytest.approx(0.760667, abs=1e-6)
+    assert both["cost"]["compiled"][100] == pytest.approx(0.730000, abs=1e-6)
+    assert both["break_even_step"] == 57
+    # Charged to compiled alone (say its cold compile timed out): it starts 671.14875 s behind,
+    # 671.14875 / 1.27625 = 525.88 steady steps -> N = 1 + 526 = 527, where the bills are
+    # eager 184.605 + 526 * 5.905 = 3290.635 s (1.828131) and compiled 855.75375 + 526 *
+    # 4.62875 = 3290.47625 s (1.828042).
+    one = bill([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [100], {"compiled": 600}, PRICE)
+    assert one["break_even_step"] == 527
+    assert one["at_break_even"]["seconds"] == pytest.approx(
+        {"eager": 3290.635, "compiled": 3290.47625}
+    )
+    assert one["at_break_even"]["cost"] == pytest.approx(
+        {"eager": 1.828131, "compiled": 1.828042}, abs=1e-6
+    )
+    # The time ledger itself does not move: failed attempts are the bill's.
+    assert ledger([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [1])["break_even_step"] == 57
+
+
+def test_no_price_gives_no_money_never_zero():
+    b = bill([SEED_EAGER, SEED_COMPILED], SEED_TOKENS, [20])
+    assert b["price_per_hour"] is None and b["cost"] is None
+    assert b["at_break_even"]["cost"] is None and b["at_break_even"]["seconds"]
+    assert cost(3600, None) is None and cost(3600, 2.0) == 2.0
+    assert NO_PRICE == "no price given"
+    # A ledger with neither failed attempts nor a price has no bill: its JSON is as it was.
+    assert "bill" not in ledger([SEED_EAGER], SEED_TOKENS, [1])
+
+
+@pytest.mark.parametrize("price", [0, 0.0, -2.0, math.nan, math.inf, True, "2"])
+def test_a_price_must_be_a_finite_number_above_zero(price):
+    with pytest.raises(ConfigError, match="price per device-hour"):
+        check_price(price)
+
+
+def test_first_valid_is_the_first_accepted_step_with_the_steps_before_it():
+    # Step 0 took 9 s, steps 1 and 2 took 0.15 and 0.1 s: a loss accepted from step 2 on is a
+    # first valid result 9 + 0.15 + 0.1 = 9.25 s in.
+    assert first_valid(9.0, [0.15, 0.1, 0.1], [False, False, True, True]) == (
+        2,
+        pytest.approx(9.25),
+    )
+    assert first_valid(9.0, [0.15, 0.1], [True, True, True]) == (0, 9.0)
+    assert first_valid(9.0, [0.15, 0.1], [False, False, False]) is None
+    assert first_valid(9.0, [], [False, True]) is None  # step 1 accepted but never timed
+
+
+def test_failed_attempts_parse_per_mode_or_for_every_mode():
+    assert parse_failed("600") == (None, 600.0)
+    assert parse_failed("compiled:warm:60") == ("compiled:warm", 60.0)
+    modes = [SEED_EAGER, SEED_COMPILED]
+    given = [parse_failed("600"), parse_failed("compiled:30"), parse_failed("compiled:10")]
+    assert failed_by_mode(modes, given) == {"eager": 600.0, "compiled": 640.0}
+    for bad in ("", "x", ":5", "-1", "compiled:nan"):
+        with pytest.raises(ConfigError, match="malformed --failed-s"):
+            parse_failed(bad)
+    with pytest.raises(ConfigError, match="which is no --mode"):
+        failed_by_mode(modes, [("eagre", 1.0)])
+    with pytest.raises(ConfigError, match="which is no mode"):
+        bill(modes, SEED_TOKENS, [1], {"eagre": 1.0})
+
+
+SEED_MODES = [
+    "--mode", f"eager:184.605:{SEED_TOKENS / 5.905!r}",
+    "--mode", f"compiled:255.75375:{SEED_TOKENS / 4.62875!r}",
+]  # fmt: skip
+
+
+def test_cli_prices_the_seed_and_charges_failed_attempts():
+    args = ["--tokens-per-step", str(SEED_TOKENS), *SEED_MODES, "--steps", "20,100"]
+    p = _cli(*args, "--price-per-hour", "2", "--failed-s", "compiled:600", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["break_even_step"] == 57  # the time ledger's
+    b = doc["bill"]
+    assert (b["price_per_hour"], b["failed_s"]) == (2.0, {"eager": 0.0, "compiled": 600.0})
+    assert b["seconds"]["compiled"] == pytest.approx({"20": 943.7, "100": 1314.0})
+    assert b["cost"]["eager"] == pytest.approx({"20": 0.164889, "100": 0.427333}, abs=1e-6)
+    assert b["cost"]["compiled"] == pytest.approx({"20": 0.524278, "100": 0.73}, abs=1e-6)
+    assert b["break_even_step"] == 527
+    text = " ".join(_cli(*args, "--price-per-hour", "2").stdout.split())
+    # 0.165 / 0.191 at N=20 and 0.427 / 0.397 at N=100; at step 57 both 0.286 (515 s, 8.6 min).
+    assert "cost at 2 per device-hour" in text
+    for figure in ("0.165", "0.191", "0.427", "0.397"):
+        assert figure in text
+    assert "bill break-even: step 57 (compiled 8.6 min = 0.286, eager 8.6 min = 0.286" in text
+
+
+def test_cli_without_a_price_says_so_and_shows_no_money():
+    args = ["--tokens-per-step", str(SEED_TOKENS), *SEED_MODES, "--steps", "20"]
+    text = _cli(*args).stdout
+    assert "cost: no price given" in text
+    assert "bill" not in json.loads(_cli(*args, "--json").stdout)
+    p = _cli(*args, "--failed-s", "600", "--json")  # failed attempts, no price: cost null
+    doc = json.loads(p.stdout)
+    assert doc["bill"]["cost"] is None and doc["bill"]["price_per_hour"] is None
+    assert doc["bill"]["seconds"]["eager"]["20"] == pytest.approx(896.8)
+    text = " ".join(_cli(*args, "--failed-s", "600").stdout.split())
+    assert "cost: no price given" in text and "bill break-even: step 57" in text
+    bad = _cli(*args, "--price-per-hour", "0")
+    assert bad.returncode == 2 and "must be a finite number > 0" in bad.stderr

@@ -162,15 +162,25 @@ def test_drift_is_fastest_over_slowest_reading_and_widens_both_ways():
 
 
 def test_the_drift_reference_reads_a_speed_and_the_calibration_keeps_one(monkeypatch):
-    from trainready.device import peak, reference_rate, reference_workload
+    from tests.support.fake_gemm import FakeGemm, SizedGemm
+    from trainready.device import peak, read_reference, reference_workload
 
     torch.manual_seed(3)
     first = torch.rand(1)
     torch.manual_seed(3)
-    assert reference_rate("cpu", "fp32") > 0
+    # The real GEMM, on whatever this machine's load is: a reading, agreed or unstable, that says
+    # what it took (the rule itself is tested on planted timings: tests/unit/device/test_settle.py).
+    reading = read_reference("cpu", "fp32").to_json()
+    assert reading["samples"] >= 1 and reading["warmup_calls"] >= 2
+    assert (reading["flops"] is not None and reading["flops"] > 0) == reading["agreed"]
     assert torch.rand(1) == first  # it draws from its own generator: a case's seeds stay put
     assert reference_workload("cpu", "bf16") == "512³ bf16 matmul"
-    # A measured peak keeps a reading taken with its calibration, in the cache and the record.
+    # A measured peak keeps a reading taken with its calibration, in the cache and the record
+    # (planted timings: a steady machine, so the calibration is confirmed and cached).
+    monkeypatch.setattr(peak, "_time_matmuls", SizedGemm(rate=1e12))
+    monkeypatch.setattr(
+        peak, "read_reference", lambda d, t: read_reference(d, t, timed=FakeGemm().timed)
+    )
     small = peak.calibrate_peak
     monkeypatch.setattr(peak, "calibrate_peak", lambda d, t: small(d, t, max_n=128, budget_s=0.5))
     monkeypatch.setattr(peak, "_host_fallbacks", lambda d, t: {})  # seconds of dispatch tables
@@ -180,5 +190,5 @@ def test_the_drift_reference_reads_a_speed_and_the_calibration_keeps_one(monkeyp
         lambda k, t, f, d: kept.update({(k, t): {"peak_flops": f, **d}}),
     )
     record = peak.resolve_peak("cpu", "fp32", cache)
-    assert record["reference_flops"] > 0
+    assert record["reference_flops"] > 0 and record["reference"]["agreed"]
     assert peak.resolve_peak("cpu", "fp32", cache)["reference_flops"] == record["reference_flops"]

@@ -380,17 +380,131 @@ def test_overall():
         + [_train(compiled_warm_mfu=0.5), _matmul(0.8)]
         + [_flex(i, "pass") for i in range(4)]
         + [_dist("all_reduce", "pass")]
+        + [_op_case(f"e{i}", "fp32", "fwd") for i in range(4)]
     )
     for r in everything:
         r.diagnostics.setdefault("ops", {"device": "cpu"})
     verdict = judge(_run(everything))
-    assert [line.status for line in verdict.lines] == [READY] * 8
-    assert verdict.overall.status == READY and verdict.overall.reason == "8 ready"
+    assert [line.status for line in verdict.lines] == [READY] * 9
+    assert verdict.overall.status == READY and verdict.overall.reason == "9 ready"
     everything.append(_flex(9, "crash"))
     everything += [_flex(10 + i, "crash") for i in range(4)]
     verdict = judge(_run(everything))
     assert verdict.overall.status == NOT_READY
-    assert verdict.overall.reason == "7 ready, 1 not ready"
+    assert verdict.overall.reason == "8 ready, 1 not ready"
+
+
+# --- operators (the ops suite) -------------------------------------------------------------------
+
+
+def _op_case(entry: str, dtype: str, form: str, status: str = "pass", **diagnostics) -> Result:
+    """An ops case shaped as the suite writes it; dispatch classes measured, one kernel, unless
+    `aten` or `dispatch_source` say otherwise."""
+    direction = "bwd" if form == "bwd" else "fwd"
+    params = {"op": entry, "variant": "", "entry": entry, "dtype": dtype,
+              "direction": direction, "form": {"fwd": "function", "bwd": "function"}.get(form, form)}  # fmt: skip
+    diagnostics.setdefault("aten", {f"aten::{entry}.Tensor": "kernel"})
+    diagnostics.setdefault("dispatch_source", "dispatcher (CUDA key)")
+    diagnostics.setdefault("judged", "numerics")
+    if status != "pass":
+        diagnostics.setdefault("error", "RuntimeError: boom")
+    return Result(
+        Case("ops", f"{entry}/{dtype}/{form}", params), status, {"samples": 3.0}, diagnostics
+    )
+
+
+def _ops_cases(passing: int, failing: int = 0, **failing_diagnostics) -> list[Result]:
+    return [_op_case(f"p{i}", "fp32", "fwd") for i in range(passing)] + [
+        _op_case(f"f{i}", "bf16", "bwd", "fail_numerics", **failing_diagnostics)
+        for i in range(failing)
+    ]
+
+
+def test_operators_is_not_measured_without_the_ops_suite():
+    line = _line(_run([_matmul(0.7)], ["matmul"]), "operators")
+    assert line.status == NOT_TESTED
+    assert line.reason == "not measured: the ops suite was not in this run"
+    none_ran = _run([], ["ops"], planned=[Case("ops", "add/fp32/fwd", {"entry": "add"})])
+    line = _line(none_ran, "operators")
+    assert line.status == NOT_TESTED and line.reason.startswith("not measured: none of the 1")
+    skipped = _op_case("sin", "fp16", "fwd", "skipped", skipped="reference_invalid")
+    line = _line(_run([skipped]), "operators")
+    assert line.status == NOT_TESTED and "every ops case was skipped (reference_invalid 1)" in (
+        line.reason
+    )
+
+
+def test_operators_thresholds_ready_partial_not_ready():
+    # 95% of the judged cases pass: ready (the threshold itself is inclusive).
+    line = _line(_run(_ops_cases(19, 1)), "operators")
+    assert line.status == READY and line.section == "suite-ops"
+    assert line.reason.startswith("19 of 20 judged ops cases pass (95.0%)")
+    # Below 95%, at least 50%: partial, with the first failure's reason.
+    line = _line(_run(_ops_cases(18, 2)), "operators")
+    assert line.status == PARTIAL
+    assert "below the 95.0% ready needs; 2 fail_numerics; e.g. ops/f0/bf16/bwd" in line.reason
+    assert _line(_run(_ops_cases(10, 10)), "operators").status == PARTIAL
+    # Below half: not ready.
+    assert _line(_run(_ops_cases(9, 11)), "operators").status == NOT_READY
+    # Unsupported (the device lacks the dtype, or the kernel) and not-run cases count against.
+    missing = [
+        _op_case(f"m{i}", "fp32", "fwd", "unsupported", unsupported="missing") for i in range(2)
+    ]
+    planned = [Case("ops", "x/fp32/fwd", {"entry": "x"})]
+    line = _line(_run(_ops_cases(18) + missing, planned=planned), "operators")
+    assert line.status == PARTIAL and line.reason.startswith("18 of 21 judged ops cases pass")
+
+
+def test_operators_leaves_out_what_is_not_the_devices():
+    not_the_devices = [
+        _op_case("sin", "fp16", "fwd", "skipped", skipped="reference_invalid"),
+        _op_case("eigh", "bf16", "fwd", "skipped", skipped="cpu_unsupported"),
+        _op_case("mm", "fp32", "fwd", "unsupported", unsupported="database"),
+    ]
+    line = _line(_run(_ops_cases(20) + not_the_devices), "operators")
+    assert line.status == READY and line.reason.startswith("20 of 20 judged ops cases pass")
+    assert "not the device's, not counted: " in line.reason
+    assert all(k in line.reason for k in ("reference_invalid 1", "cpu_unsupported 1", "database 1"))
+
+
+def test_operators_host_fallback_keeps_it_from_ready():
+    fell = _op_case("add", "fp32", "out", aten={"aten::add.out": "fallback"})
+    line = _line(_run(_ops_cases(40) + [fell]), "operators")
+    assert line.status == PARTIAL
+    assert line.reason.startswith("1 aten overload ran on the host (fallback or round-trip): ")
+    assert "aten::add.out, over the 0 ready allows" in line.reason
+    # A round-trip inside the device's kernel counts the same; a failing share stays judged by
+    # the pass rate (never below partial for the host alone).
+    trip = _op_case("mul", "fp32", "fwd", aten={"aten::mul.Tensor": "roundtrip"})
+    line = _line(_run(_ops_cases(5, 15) + [trip]), "operators")
+    assert line.status == NOT_READY and "aten::mul.Tensor" in line.reason
+    # Unmeasured dispatch classes on a device: at most partial; on the CPU nothing falls back.
+    blind = [_op_case(f"b{i}", "fp32", "fwd", aten={"aten::b.Tensor": "unknown"},
+                  dispatch_source="none: no dispatcher key") for i in range(20)]  # fmt: skip
+    line = _line(_run(blind), "operators")
+    assert line.status == PARTIAL and line.reason.startswith("host fallbacks not measured")
+    on_cpu = build_run(RunRecord("c", 1.7e9, ["ops"], "cpu", "quick"), blind, "cpu", [])
+    assert _line(on_cpu, "operators").status == READY
+
+
+def test_operators_thresholds_come_from_the_toml(tmp_path):
+    lenient = tmp_path / "ops.toml"
+    lenient.write_text("[operators]\nready_min_pass_rate = 0.80\nready_max_host_ops = 1\n")
+    fell = _op_case("add", "fp32", "out", aten={"aten::add.out": "fallback"})
+    results = _ops_cases(17, 3) + [fell]
+    assert _line(_run(results), "operators").status == PARTIAL
+    assert _line(_run(results), "operators", load_rules(lenient)).status == READY
+
+
+def test_ops_numerics_are_judged_once_under_operators():
+    """An ops case that is wrong counts under operators, not numerics too; parity's share of
+    wrong training checks is not diluted by thousands of single-op checks."""
+    run = _run(_parity_run(["pass"] * 10 + ["fail_numerics"], []) + _ops_cases(500, 1))
+    line = _line(run, "numerics")
+    assert line.reason.startswith("1 of 11 cases with a numerics check wrong")
+    assert line.status == NOT_READY  # 9.1% > 5%, as without the ops suite
+    only_ops = _run(_ops_cases(10, 1))
+    assert _line(only_ops, "numerics").status == NOT_TESTED
 
 
 # --- thresholds -----------------------------------------------------------------------------------
@@ -460,7 +574,7 @@ def test_the_verdict_opens_every_format_and_the_json_carries_it(store, tmp_path)
     dims = {d["key"]: d for d in verdict["dimensions"]}
     assert list(dims) == [
         "correctness", "numerics", "host_fallbacks", "compile", "first_step", "throughput",
-        "attention", "distributed",
+        "attention", "distributed", "operators",
     ]  # fmt: skip
     assert (
         dims["throughput"]["status"] == PARTIAL and dims["throughput"]["section"] == "suite-matmul"

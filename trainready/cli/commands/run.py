@@ -155,6 +155,20 @@ def run(
             rich_help_panel="Suite options",
         ),
     ] = False,
+    price_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            help=_flag_help(
+                "Price of one device-hour, in your currency (same as --set price_per_hour=P): "
+                "the report adds the money to N steps and at the compiled break-even step, "
+                "cost = (the run's failed attempts + time to N steps) x P / 3600; without it, "
+                '"no price given", never 0',
+                "price_per_hour",
+            ),
+            rich_help_panel="Suite options",
+            show_default=False,
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -178,6 +192,7 @@ def run(
         "variants": str(variants.resolve()) if variants else None,
         "baseline": baseline,
         "profile": profile or None,
+        "price_per_hour": price_per_hour,
     }
     options = suite_options(set_, **flags)
 

@@ -6,6 +6,7 @@ either or both of:
     headlines(run) -> list[Stat]            headline numbers for the overview
     KEY_METRICS: tuple[str, ...]            metrics shown in tables and compared across runs
     METRIC_GOALS: dict[str, str]            metric -> "higher" or "lower" is better (for `gate`)
+    details(run) -> dict                    the section's own fields, for the JSON report
 Modules are found by listing this package, so a new suite's section needs no edit elsewhere.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from trainready.core.case import Result
 from trainready.reporting.blocks import Block, Section, Stat
@@ -28,6 +30,7 @@ SECTIONS: dict[str, Callable[[Report, str], list[Block]]] = {}
 HEADLINES: dict[str, Callable[[RunView], list[Stat]]] = {}
 KEY_METRICS: dict[str, tuple[str, ...]] = {}
 METRIC_GOALS: dict[str, dict[str, str]] = {}
+DETAILS: dict[str, Callable[[RunView], dict[str, Any]]] = {}
 
 for _info in pkgutil.iter_modules(__path__):
     _module = importlib.import_module(f"{__name__}.{_info.name}")
@@ -40,6 +43,8 @@ for _info in pkgutil.iter_modules(__path__):
             KEY_METRICS[_module.SUITE] = tuple(_module.KEY_METRICS)
         if hasattr(_module, "METRIC_GOALS"):
             METRIC_GOALS[_module.SUITE] = dict(_module.METRIC_GOALS)
+        if hasattr(_module, "details"):
+            DETAILS[_module.SUITE] = _module.details
 
 
 def key_metrics(suite: str, results: Iterable[Result]) -> tuple[str, ...]:
@@ -63,3 +68,8 @@ def suite_section(report: Report, suite: str) -> Section:
 
 def headlines(run: RunView) -> list[Stat]:
     return [stat for suite in run.suites if suite in HEADLINES for stat in HEADLINES[suite](run)]
+
+
+def details(run: RunView) -> dict[str, dict[str, Any]]:
+    """Each suite of the run whose section has its own fields: those fields (for the JSON)."""
+    return {suite: DETAILS[suite](run) for suite in run.suites if suite in DETAILS}

@@ -67,6 +67,8 @@ class RunDrift:
     readings: list[float]  # this run's readings, FLOP/s
     calibration: float | None  # the reading at the peak's calibration, FLOP/s
     moved: float | None  # `stats.drift` over all of them; None when fewer than two
+    unstable: int = 0  # readings whose samples never agreed: no speed, left out of `readings`
+    taken: int = 0  # readings taken, unstable ones included (0: a record from before it was kept)
 
 
 @dataclass(frozen=True)
@@ -99,20 +101,37 @@ def run_drift(results: list[Result]) -> RunDrift:
         readings=readings,
         calibration=calibration,
         moved=drift(readings + ([calibration] if calibration else [])),
+        unstable=sum(int(ref.get("unstable") or 0) for ref in refs),
+        taken=sum(len(ref.get("readings") or []) for ref in refs),
+    )
+
+
+def unstable_why(d: RunDrift) -> str | None:
+    """Why the headline is inconclusive when a drift reading never settled: its samples never
+    agreed (`device/settle.py`), so the machine was not steady enough then to say how fast it
+    ran, let alone how far its speed moved. None when every reading agreed."""
+    if not d.unstable:
+        return None
+    return (
+        f"the drift reference was unstable in {d.unstable} of {d.taken or d.unstable} readings "
+        "(their samples never agreed: the machine was not steady)"
     )
 
 
 def drift_text(d: RunDrift) -> str:
     """The drift reference as a note reads it: its workload, its range and the move."""
     if not d.readings:
+        if d.unstable:
+            return f"drift reference {d.workload}: unstable in all {d.unstable} readings"
         return "machine drift unknown (no drift reference recorded)"
     lo, hi = min(d.readings), max(d.readings)
     text = f"drift reference {d.workload}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
     if d.calibration:
         text += f", {_gflops(d.calibration)} at the peak's calibration"
+    unstable = f"; unstable in {d.unstable} of {d.taken} readings" if d.unstable else ""
     if d.moved is None:
-        return text + "; drift unknown (one reading)"
-    return f"{text}: moved {fmt.percent(d.moved)}"
+        return text + "; drift unknown (one reading)" + unstable
+    return f"{text}: moved {fmt.percent(d.moved)}{unstable}"
 
 
 def _when(machine: RunDrift) -> str:
@@ -147,6 +166,7 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
         if above
         # The drift before the spread, as in the train suite: a machine that moved spreads too.
         else drift_why(machine.moved, _when(machine))
+        or unstable_why(machine)
         or spread_why("timed repeats (median over the cases)", spread)
     )
     noise = [

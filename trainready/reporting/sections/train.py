@@ -7,16 +7,22 @@ which the drift reference shows), spread, MFU and the speedup, or why it is inco
 (the headlines say the same); compiled mode's compile time by phase
 (Dynamo, backend forward and backward, kernel compile wait); the break-even step of compiled against
 eager per scenario; a chart of total time against the number of steps, where the lines cross
-at the break-even step; and, for a run with --profile, the traces captured (relative to the run
-directory, where the report is written), a short analysis of each, and the commands that open
-them. Everything is read from the case's diagnostics as the suite stored them.
+at the break-even step; the full bill (`bill_table`): each mode's first valid result, the run's
+failed attempts (`failed_attempts`: train cases that crashed or timed out before a valid step,
+their whole time) and the time and money to N steps and to the break-even step at the price per
+device-hour the run was given ("no price given" without one, never 0); and, for a run with
+--profile, the traces captured (relative to the run directory, where the report is written), a
+short analysis of each, and the commands that open them. Everything is read from the case's
+diagnostics as the suite stored them, and the run's other results.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from trainready.core.case import Result
+from trainready.metrics import ledger as arithmetic
 from trainready.metrics.ledger import Mode
 from trainready.metrics.stats import CONFIDENCE, MAX_DRIFT, MAX_SPREAD, MIN_SAMPLES
 from trainready.probes.compile import cache_sentence
@@ -24,6 +30,7 @@ from trainready.reporting import fmt
 from trainready.reporting.blocks import Block, Chart, Column, Stat, Table, Text, num
 from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
 from trainready.reporting.model import Report, RunView, finite
+from trainready.reporting.numbers import money
 from trainready.reporting.sections import host
 
 SUITE = "train"
@@ -205,7 +212,7 @@ def rate_stat(r: Result) -> Stat | None:
     return Stat(label, rate["tokens_per_s"], fmt.number, note)
 
 
-def break_even_stat(r: Result, scenario: str = "cold") -> Stat | None:
+def break_even_stat(r: Result, scenario: str = "cold", failed: Failed | None = None) -> Stat | None:
     entry = r.diagnostics.get("ledger", {}).get(scenario)
     if not entry or "break_even_step" not in entry:
         return None
@@ -218,6 +225,9 @@ def break_even_stat(r: Result, scenario: str = "cold") -> Stat | None:
             f"; range over the speedup's {CONFIDENCE:.0%} interval and the first steps (1 sample "
             f"each) moved by the machine's drift; {drift_text(r)}"
         )
+    bill = scenario_bill(r, scenario, failed or Failed())
+    if bill is not None:
+        note += f"; {bill_sentence(bill)}"
     return Stat(label, entry["break_even_step"], lambda _, e=entry: break_even_text(e), note)
 
 
@@ -234,6 +244,9 @@ def _moe_dispatch(r: Result) -> str | None:
 
 def headlines(run: RunView) -> list[Stat]:
     stats = []
+    failed = failed_attempts(run)
+    if failed.results:
+        stats.append(failed.stat(run_price(run)))
     for r in _with_data(run):
         m = r.metrics
         stats += [s for s in (speedup_stat(r),) if s]
@@ -259,7 +272,7 @@ def headlines(run: RunView) -> list[Stat]:
             stats.append(rate)
             if r.diagnostics.get("host_fallback"):
                 rate.note += f"; {r.diagnostics['host_fallback']}"
-        stats += [s for s in (break_even_stat(r),) if s]
+        stats += [s for s in (break_even_stat(r, failed=failed),) if s]
     fallbacks = host.collect(_with_data(run), _case_name)
     if fallbacks.cases and not fallbacks.on_cpu:
         stats.append(fallbacks.stat("train host-fallback ops"))
@@ -274,6 +287,7 @@ def _case_name(r: Result) -> str:
 def section(report: Report, suite: str) -> list[Block]:
     blocks: list[Block] = []
     for run in report.runs:
+        failed = failed_attempts(run)
         for r in _with_data(run):
             label = _label(run, r, report.multi)
             blocks.append(clocks_table(r, label))
@@ -285,6 +299,7 @@ def section(report: Report, suite: str) -> list[Block]:
                 blocks.append(phases)
             blocks.append(ledger_table(r, label))
             blocks.append(ledger_chart(r, label))
+            blocks.append(bill_table(r, label, failed))
             blocks.extend(profile_blocks(r, label))
         fallbacks = host.collect(_with_data(run), _case_name)
         if fallbacks.ops or (fallbacks.measured and not fallbacks.on_cpu):
@@ -468,11 +483,12 @@ def compile_phases_table(r: Result, label: str) -> Table | None:
 
 
 def _modes(r: Result, name: str) -> tuple[Mode, Mode, int] | None:
-    """A scenario's two modes as its ledger line has them: its own first steps, its pool's
-    steady rates. (Runs stored before rates were pooled: the scenario's own rates.)"""
+    """A scenario's two modes as its ledger line has them: its own first valid results, its
+    pool's steady rates. (Runs stored before rates were pooled: the scenario's own rates.)"""
     entry = r.diagnostics.get("ledger", {}).get(name) or {}
     if "tokens_per_s" in entry:
-        first, rate = entry["first_step_s"], entry["tokens_per_s"]
+        # The first valid results (the first step, where a run was stored before they were).
+        first, rate = entry.get("first_valid_s", entry["first_step_s"]), entry["tokens_per_s"]
         return (
             Mode("eager", first["eager"], rate["eager"]),
             Mode("compiled", first["compiled"], rate["compiled"]),
@@ -509,7 +525,8 @@ def ledger_table(r: Result, label: str) -> Table:
             ]
         )
     caption = (
-        f"{label} — time to N steps: the scenario's first step + (N − 1) × tokens per step / the "
+        f"{label} — time to N steps: the scenario's first valid step (the first whose loss the "
+        "numerics check accepted, with the steps before it) + (N − 1) × tokens per step / the "
         "mode's pooled steady tokens/s; break-even: the N from which compiled is no slower in "
         f"total for good, with its range over the speedup's {CONFIDENCE:.0%} interval, or "
         "inconclusive (why in the steady-rate table)"
@@ -572,6 +589,209 @@ def break_even_text(entry: dict) -> str:
     if n is not None:
         lo, hi = entry.get("break_even_range") or (n, n)
         return f"{n:,}" if lo == hi == n else f"{n:,} ({lo:,}–{hi:,})"
+    return "never" if until is None else f"never (ahead until step {until:,})"
+
+
+# --- the full bill ---------------------------------------------------------------------------------
+
+# A failed attempt: a train case that ended so, before a valid step in a mode.
+FAILED_STATUSES = ("crash", "timeout")
+MODES = ("eager", "compiled")
+PRICE_HOW = "--price-per-hour P or --set price_per_hour=P"
+
+
+def _valid_modes(r: Result) -> set[str]:
+    """The modes in which `r` reached a valid result in some scenario: a first step whose loss
+    the numerics check accepted (`first_valid_step`; a scenario stored before it was recorded:
+    any that trained)."""
+    return {
+        mode
+        for mode, by in _scenarios(r).items()
+        for summary in by.values()
+        if summary and summary.get("first_valid_step", 0) is not None
+    }
+
+
+@dataclass
+class Failed:
+    """The run's failed attempts: its train cases that crashed or timed out before a valid step
+    in a mode, each charged whole (`duration_s`, the case's time in the store) to every mode
+    that got no valid step out of it: a worker that died or ran out of budget left no record,
+    so both; a case whose eager scenarios trained before compiled's crashed, compiled alone."""
+
+    results: list[Result] = field(default_factory=list)
+    charged: dict[str, list[Result]] = field(default_factory=lambda: {m: [] for m in MODES})
+
+    def seconds(self) -> dict[str, float]:
+        return {m: math.fsum(r.duration_s for r in rs) for m, rs in self.charged.items()}
+
+    def text(self) -> str:
+        """'none', or 'train/a (timeout, 600 s: eager, compiled); ...'."""
+        if not self.results:
+            return "none"
+        return "; ".join(
+            f"{r.case.id} ({r.status}, {fmt.seconds(r.duration_s)}: "
+            f"{', '.join(m for m in MODES if r in self.charged[m])})"
+            for r in self.results
+        )
+
+    def stat(self, price: float | None) -> Stat:
+        total = math.fsum(r.duration_s for r in self.results)
+        charged = ", ".join(f"{m} {fmt.seconds(s)}" for m, s in self.seconds().items())
+        note = (
+            f"{fmt.plural(len(self.results), 'train case')} crashed or timed out before a valid "
+            f"step: {self.text()}; charged to {charged}; {cost_text(total, price)}"
+        )
+        return Stat("train failed attempts", total, fmt.seconds, note)
+
+
+def failed_attempts(run: RunView) -> Failed:
+    """The run's failed attempts (`Failed`), from its train results' statuses and durations."""
+    failed = Failed()
+    for r in run.in_suite(SUITE):
+        if r.status not in FAILED_STATUSES:
+            continue
+        missing = [m for m in MODES if m not in _valid_modes(r)]
+        if missing:
+            failed.results.append(r)
+            for m in missing:
+                failed.charged[m].append(r)
+    return failed
+
+
+def price_of(r: Result) -> float | None:
+    """The price per device-hour the case's run was given (`price_per_hour`), None if none."""
+    price = r.case.params.get("price_per_hour")
+    return float(price) if finite(price) and price > 0 else None
+
+
+def run_price(run: RunView) -> float | None:
+    """The run's price per device-hour: every train case carries the run's option."""
+    return next((p for r in run.in_suite(SUITE) if (p := price_of(r)) is not None), None)
+
+
+def price_text(price: float | None) -> str:
+    return (
+        f"at {fmt.number(price)} per device-hour"
+        if price is not None
+        else f"{arithmetic.NO_PRICE} ({PRICE_HOW})"
+    )
+
+
+def cost_text(seconds: float, price: float | None) -> str:
+    """'cost 0.286 at 2.00 per device-hour', or 'cost: no price given (...)': never 0."""
+    if price is None:
+        return f"cost: {price_text(None)}"
+    return f"cost {money(arithmetic.cost(seconds, price))} {price_text(price)}"
+
+
+def _cost_clause(price: float | None) -> str:
+    """'cost at 2.00 per device-hour' or 'cost: no price given (...)'."""
+    return f"cost {price_text(price)}" if price is not None else f"cost: {price_text(None)}"
+
+
+def scenario_bill(r: Result, name: str, failed: Failed, steps=LEDGER_STEPS[1:]) -> dict | None:  # noqa: ANN001
+    """The bill of scenario `name` (`metrics.ledger.bill`): its modes' first valid results and
+    pooled rates, the run's failed attempts charged to them, the case's price; None where the
+    scenario has no ledger line (a mode failed, no valid result, no rate)."""
+    modes = _modes(r, name)
+    if modes is None:
+        return None
+    e, c, k = modes
+    return arithmetic.bill([e, c], k, steps, failed.seconds(), price_of(r))
+
+
+def bill_sentence(bill: dict) -> str:
+    """The bill at the break-even step, as a headline's note reads it."""
+    price = bill["price_per_hour"]
+    failed = ", ".join(f"{m} {fmt.seconds(s)}" for m, s in bill["failed_s"].items())
+    n, at = bill["break_even_step"], bill["at_break_even"]
+    if n is None:
+        return f"the bill (failed attempts {failed}) never breaks even; {_cost_clause(price)}"
+    spent = ", ".join(
+        f"{m} {fmt.seconds(at['seconds'][m])}"
+        + (f" = {money(at['cost'][m])}" if at["cost"] is not None else "")
+        for m in ("compiled", "eager")
+    )
+    return (
+        f"the bill (failed attempts {failed} added) breaks even at step {n:,}: {spent}; "
+        f"{_cost_clause(price)}"
+    )
+
+
+def bill_table(r: Result, label: str, failed: Failed) -> Table:
+    """Per scenario and mode: the first valid result, the failed attempts charged, the bill to
+    N steps in seconds and (with a price) money, and the bill at the break-even step."""
+    ledgers = r.diagnostics.get("ledger", {})
+    scenarios = _scenarios(r)
+    price = price_of(r)
+    steps = LEDGER_STEPS[1:]
+    columns = [
+        Column("scenario"),
+        Column("mode"),
+        num("first valid step"),
+        num("to first valid s"),
+        num("failed attempts s"),
+        *(num(f"N={n:,} s") for n in steps),
+    ]
+    if price is not None:
+        columns += [num(f"N={n:,} cost", money) for n in steps]
+    columns += [Column("break-even"), num("at break-even s")]
+    if price is not None:
+        columns.append(num("at break-even cost", money))
+    columns.append(Column("note"))
+    charged = failed.seconds()
+    rows = []
+    for name in _ordered(ledgers):
+        bill = scenario_bill(r, name, failed, steps)
+        entry = ledgers[name]
+        for mode in MODES:
+            summary = scenarios.get(mode, {}).get(name) or {}
+            k = (entry.get("first_valid_step") or {}).get(mode, 0)
+            first = [None if k is None else k + 1, (entry.get("first_valid_s") or {}).get(mode)]
+            if bill is None:
+                blanks = len(columns) - 6
+                rows.append([name, mode, *first, charged[mode], *([None] * blanks),
+                             entry.get("why") or "no ledger line"])  # fmt: skip
+                continue
+            if first[1] is None:  # a run stored before first valid steps were: its first step
+                first[1] = summary.get("first_step_s")
+            row = [name, mode, *first, charged[mode], *(bill["seconds"][mode][n] for n in steps)]
+            if price is not None:
+                row += [bill["cost"][mode][n] for n in steps]
+            at = bill["at_break_even"] if entry.get("conclusive", True) else None
+            row += [
+                _bill_break_even(bill, entry) if mode == "compiled" else "",
+                at["seconds"][mode] if at else None,
+            ]
+            if price is not None:
+                row.append(at["cost"][mode] if at else None)
+            row.append("")
+            rows.append(row)
+    cost_rule = (
+        f"cost = bill s × {fmt.number(price)} (the price per device-hour) / 3600"
+        if price is not None
+        else f"cost: {price_text(None)}"
+    )
+    caption = (
+        f"{label} — the full bill: failed attempts + the time to N steps from the first valid "
+        "step (the first whose loss the numerics check accepted: 1 is the first step; its time "
+        "holds the steps before it); failed attempts: the run's train cases that crashed or "
+        "timed out before a valid step, their whole time, charged to each mode that got none: "
+        f"{failed.text()}; {cost_rule}; break-even: the first N from which compiled's bill is "
+        "no higher for good (the time ledger's when both modes carry the same failed attempts; "
+        "money breaks even at the same step as the bill's seconds)"
+    )
+    return Table(columns, rows, caption)
+
+
+def _bill_break_even(bill: dict, entry: dict) -> str:
+    """The bill's break-even step, "never", or "inconclusive" where the time ledger's is."""
+    if entry.get("conclusive") is False:
+        return INCONCLUSIVE
+    n, until = bill["break_even_step"], bill["ahead_until_step"]
+    if n is not None:
+        return f"{n:,}"
     return "never" if until is None else f"never (ahead until step {until:,})"
 
 

@@ -62,7 +62,7 @@ from trainready.core.case import Case, Outcome
 from trainready.core.config import RunConfig
 from trainready.core.context import CaseContext
 from trainready.data import model_entries
-from trainready.device import reference_rate, torch_dtype
+from trainready.device import read_reference, torch_dtype
 from trainready.metrics.flops import (
     linear_flops,
     linear_grad_input_flops,
@@ -378,7 +378,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
             out = product(pass_, first, second)
         # The drift reference just before and after the timed loop: how far the machine's speed
         # moved over the run shows across all cases' readings (`report.sections.matmul`).
-        readings = [reference_rate(ctx.device, dtype)]
+        readings = [read_reference(ctx.device, dtype)]
         stats = benchmark(
             lambda: product(pass_, first, second),
             ctx.device,
@@ -387,7 +387,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
             flush_l2=True,
             max_time_s=TIMING_SHARE * ctx.budget_s,
         )
-        readings.append(reference_rate(ctx.device, dtype))
+        readings.append(read_reference(ctx.device, dtype))
 
     with ctx.phase("check"):
         verdict, what, sample = spot_check(pass_, first, second, out, dtype)

@@ -134,7 +134,10 @@ def _ops_step(subject: Subject, data: Data, spec: Spec):
 
 
 def _ops_json(report) -> dict[str, Any]:
+    """The ops probe's record, its per-op counts cut to the OPS_SHOWN most frequent, and every
+    op the model dispatched by name (`op_names`: what the ops report's blockers count)."""
     d = report.to_json()
+    d["op_names"] = sorted({key.split("@")[0] for key in d["ops"]})
     d["ops"] = dict(list(d["ops"].items())[:OPS_SHOWN])
     return d
 

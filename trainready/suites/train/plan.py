@@ -4,8 +4,9 @@ contract: `suite.py`).
 A case is one training configuration: the preset's defaults for the device (a debug Qwen3 on the
 CPU, 1.7B on accelerators; smoke: a few steps, cold only), overridden by `--set`, validated whole
 before the run starts; standard adds activation checkpointing, full whole-model compile and bf16
-parameters. `scenario_spec` turns a case, a mode and a scenario into the `TrainSpec` a fresh
-process trains.
+parameters. `price_per_hour` (`--price-per-hour`, `--set price_per_hour=P`) measures nothing: it
+rides in the params, where the report reads it to price the ledger. `scenario_spec` turns a
+case, a mode and a scenario into the `TrainSpec` a fresh process trains.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from trainready.core.case import Case
 from trainready.core.config import ConfigError, RunConfig
 from trainready.device import default_compile_backend, device_type
+from trainready.metrics import ledger
 from trainready.suites.train.loop import TrainSpec
 
 NAME = "train"
@@ -96,6 +98,11 @@ def _base_params(cfg: RunConfig) -> dict[str, Any]:
         "pg_backend": opts.get("pg_backend"),
         "profile": _flag(opts, "profile"),
     }
+    # Not a measurement setting: the report turns the ledger's seconds into money with it. Kept
+    # out of the params unless given, so a run without a price keeps the params it always had.
+    price = ledger.check_price(opts.get("price_per_hour"))
+    if price is not None:
+        params["price_per_hour"] = price
     _check(params, cfg.device)
     return params
 

@@ -26,6 +26,7 @@ from trainready.metrics.stats import (
     spread_why,
     widen,
 )
+from trainready.probes.numerics import accepted_losses
 from trainready.probes.timing import TimingStats
 from trainready.suites.train.plan import MODES
 from trainready.suites.train.scenario import Scenario
@@ -156,6 +157,36 @@ def scenario_summary(s: Scenario, warmup: int) -> dict[str, Any] | None:
         "process_s": s.process_s,
         "compile": _compile_summary(r.get("compile") or {}),
     }
+
+
+def add_first_valid(
+    summaries: dict[str, dict[str, Any]], runs: dict[str, list[Scenario]], rel_tol: float
+) -> None:
+    """Each scenario's first valid result, into its summary: `first_valid_step`, the first step
+    (0-based) whose loss the case's numerics check accepts (`probes.numerics.accepted_losses`:
+    finite; a compiled loss also within `rel_tol` of eager's at that step in the same scenario,
+    the parity rule, where eager has a curve to compare with), and `first_valid_s`, the time to
+    the end of it on the ledger's clocks (`ledger.first_valid`: the first step, plus the timed
+    steps up to it); both None when no loss was accepted. Step 0 when its loss passed: then
+    `first_valid_s` is the first step's own time."""
+    for mode, scenarios in runs.items():
+        for s in scenarios:
+            summary = summaries.get(mode, {}).get(s.name)
+            if summary is None or s.record is None:
+                continue
+            eager = summaries.get("eager", {}).get(s.name)
+            reference = eager["losses"] if eager and mode != "eager" else summary["losses"]
+            accepted = accepted_losses(reference, summary["losses"], rel_tol)
+            found = ledger.first_valid(summary["first_step_s"], s.record["step_times_s"], accepted)
+            summary["first_valid_step"], summary["first_valid_s"] = found or (None, None)
+
+
+def first_valid_s(summary: dict[str, Any]) -> float | None:
+    """The time to a scenario's first valid result: `first_valid_s` (None: no loss accepted);
+    a summary stored before the check was recorded: its first step."""
+    if "first_valid_step" in summary:
+        return summary["first_valid_s"]
+    return summary["first_step_s"]
 
 
 def _steady_samples(by_scenario: dict[str, Any], names: list[str]) -> list[float]:
@@ -371,12 +402,35 @@ def scenario_ledger(
     rates: dict[str, Any],
     moved: float | None = None,
 ) -> dict[str, Any]:
-    """A scenario's ledger: its own first steps, its pool's steady rates. The break-even range is
-    the break-even at the two ends of the speedup's interval, each first step (one sample, taken
-    at one moment) allowed to have run as much faster or slower as the machine `moved`."""
+    """A scenario's ledger: its own first valid results (`first_valid_s`: the first step whose
+    loss the numerics check accepted, the steps before it on its clock), its pool's steady
+    rates. The break-even range is the break-even at the two ends of the speedup's interval,
+    each first step (one sample, taken at one moment) allowed to have run as much faster or
+    slower as the machine `moved`. A mode with no accepted loss has no first valid result: the
+    entry says so, with no totals and no break-even."""
     k = rates["eager"]["tokens_per_step"]
-    e = ledger.Mode("eager", eager["first_step_s"], rates["eager"]["tokens_per_s"])
-    c = ledger.Mode("compiled", compiled["first_step_s"], rates["compiled"]["tokens_per_s"])
+    firsts = {"eager": first_valid_s(eager), "compiled": first_valid_s(compiled)}
+    steps = {
+        "eager": eager.get("first_valid_step", 0),
+        "compiled": compiled.get("first_valid_step", 0),
+    }
+    invalid = [mode for mode, t in firsts.items() if t is None]
+    if invalid:
+        return {
+            "rate": pool,
+            "tokens_per_step": k,
+            "first_step_s": {"eager": eager["first_step_s"], "compiled": compiled["first_step_s"]},
+            "first_valid_step": steps,
+            "first_valid_s": firsts,
+            "break_even_step": None,
+            "ahead_until_step": None,
+            "break_even_range": [None, None],
+            "conclusive": False,
+            "why": f"no valid result in {' or '.join(invalid)}: the numerics check accepted "
+            "none of its losses",
+        }
+    e = ledger.Mode("eager", firsts["eager"], rates["eager"]["tokens_per_s"])
+    c = ledger.Mode("compiled", firsts["compiled"], rates["compiled"]["tokens_per_s"])
     sp = rates["speedup"]
     f = 1 + (moved or 0.0)
 
@@ -391,7 +445,9 @@ def scenario_ledger(
     return {
         "rate": pool,
         "tokens_per_step": k,
-        "first_step_s": {"eager": e.first_step_s, "compiled": c.first_step_s},
+        "first_step_s": {"eager": eager["first_step_s"], "compiled": compiled["first_step_s"]},
+        "first_valid_step": steps,
+        "first_valid_s": {"eager": e.first_step_s, "compiled": c.first_step_s},
         "tokens_per_s": {"eager": e.tokens_per_s, "compiled": c.tokens_per_s},
         "break_even_step": ledger.break_even_step(e, c, k),
         "ahead_until_step": ledger.ahead_until_step(e, c, k),

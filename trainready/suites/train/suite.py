@@ -44,11 +44,15 @@ steady steps (after `warmup`), peak memory, and the loss of every step. Then:
   (a rerun's could land anywhere there), or when the steps are too few or too spread;
 - parity: the compiled loss curve against the eager one, scenario by scenario, step by step
   (`probes.numerics.loss_curve_compare`); a fast wrong run is `fail_numerics`;
-- the ledger: total(N) = first_step + (N - 1) * tokens_per_step / tokens_per_s per mode, each
-  scenario's own first step at its pool's rate, and the break-even step of compiled against eager
-  per scenario with its range over the speedup's interval and first steps (one sample each)
-  moved by the case's drift (the larger of cold's and warm's medians apart and the reference's
-  move) (`trainready.metrics.ledger`).
+- the first valid result per mode and scenario: the first step whose loss the numerics check
+  accepted (finite; compiled's also within the parity tolerance of eager's at that step), and
+  the time to it (the first step, plus the timed steps up to it);
+- the ledger: total(N) = first_valid + (N - 1) * tokens_per_step / tokens_per_s per mode, each
+  scenario's own first valid result at its pool's rate, and the break-even step of compiled
+  against eager per scenario with its range over the speedup's interval and first steps (one
+  sample each) moved by the case's drift (the larger of cold's and warm's medians apart and the
+  reference's move) (`trainready.metrics.ledger`). The bill (the report: the run's failed
+  attempts added, and money at `price_per_hour`) is `reporting/sections/train.py`'s.
 
 Measured on a 2-core machine under load (issue #17): a process's steps and its reference GEMM run
 either with both its threads on a core (the GEMM at ~700 GFLOP/s) or waiting on each other
@@ -58,7 +62,8 @@ Options (`--set KEY=VALUE`; defaults for the cpu / for accelerators): model (deb
 seq_len (64 / 4096), batch_size (4 / 2, global), steps (8 / 30), warmup (2 / 5), compile
 (blocks | model), precision (autocast | bf16_params), ac (activation checkpointing, false),
 arch_change (activation | norm), shape_seq_len (seq_len // 2), lr, scenarios (a subset in the
-order above, cold included when any other is). `--compile-backend`, `--nproc` and `--pg-backend`
+order above, cold included when any other is), price_per_hour (a device-hour's price, also
+`--price-per-hour`: measures nothing, the report prices the ledger with it). `--compile-backend`, `--nproc` and `--pg-backend`
 apply too. Presets: quick runs the configuration; standard adds the same with activation
 checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
 
@@ -92,6 +97,7 @@ from trainready.suites.train.processes import run_modes
 from trainready.suites.train.rates import (
     MAIN_POOL,
     Scatter,
+    add_first_valid,
     case_drift,
     pool_of,
     pooled_rates,
@@ -132,6 +138,7 @@ OPTIONS = {
     "nproc": range(1, 1025),
     "pg_backend": str,
     "profile": bool,
+    "price_per_hour": float,
 }
 
 # Relative per-step deviation allowed between the eager and the compiled loss curve. Kernels
@@ -211,6 +218,7 @@ def judge(
     machine["between_processes"] = {"sd": scatter.sd, "df": scatter.df}
     rates = pooled_rates(p, summaries, peak, scatter)
     _add_first_step_x(summaries, rates)
+    add_first_valid(summaries, runs, tol)
     statuses = [s.status for scenarios in runs.values() for s in scenarios]
     problems = _problems(runs)
     broken = _broken_ties(runs)

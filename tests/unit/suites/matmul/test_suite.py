@@ -110,7 +110,7 @@ def test_execute_reads_the_drift_reference_around_its_timing(monkeypatch):
     of the peak (None for a peak without one): the report's drift comes from these."""
     calls = []
     monkeypatch.setattr(matmul, "benchmark", _after(matmul.benchmark, calls, "timed"))
-    monkeypatch.setattr(matmul, "reference_rate", lambda device, dtype: calls.append(dtype) or 7e9)
+    monkeypatch.setattr(matmul, "read_reference", lambda device, dtype: calls.append(dtype) or 7e9)
     peak = {**PEAK, "reference_flops": 9e9}
     ref = matmul.execute(_tiny("fwd"), _ctx(peaks={"bf16": peak})).diagnostics["drift_reference"]
     assert calls == ["bf16", "timed", "bf16"]
@@ -118,6 +118,8 @@ def test_execute_reads_the_drift_reference_around_its_timing(monkeypatch):
         "workload": "512³ bf16 matmul",
         "readings_flops": [7e9, 7e9],
         "calibration_flops": 9e9,
+        "readings": [{"flops": 7e9, "agreed": True}] * 2,
+        "unstable": 0,
     }
     assert (
         matmul.execute(_tiny("fwd"), _ctx()).diagnostics["drift_reference"]["calibration_flops"]

@@ -137,6 +137,59 @@ def test_judge_computes_steady_speed_mfu_and_the_ledger():
     json.dumps(out.diagnostics)
 
 
+def test_the_ledger_starts_at_the_first_step_whose_loss_the_numerics_check_accepted():
+    """A first step that ran is not a first result: compiled's step 0 loss is 10% off eager's
+    (fp32 allows 1e-3), so its first valid result is step 1, after 9 s + its step 1 (0.15 s,
+    `_record`'s warm-up step): 9.15 s. Head start 8.15 s, gain 0.1 s per step: 81.5 steady
+    steps, break-even at N = 1 + 82 = 83 (81 from the first step alone)."""
+    off_at_first = [LOSSES[0] * 1.1, *LOSSES[1:]]
+    out = judge(PARAMS, _runs(compiled_losses=off_at_first), PEAK)
+    assert out.status == "fail_numerics"  # the curve diverged at step 0: still a failure
+    compiled = out.diagnostics["scenarios"]["compiled"]["cold"]
+    assert (compiled["first_valid_step"], compiled["first_valid_s"]) == (1, pytest.approx(9.15))
+    eager = out.diagnostics["scenarios"]["eager"]["cold"]
+    assert (eager["first_valid_step"], eager["first_valid_s"]) == (0, 1.0)
+    entry = out.diagnostics["ledger"]["cold"]
+    assert entry["first_step_s"] == {"eager": 1.0, "compiled": 9.0}  # as measured
+    assert entry["first_valid_step"] == {"eager": 0, "compiled": 1}
+    assert entry["first_valid_s"] == pytest.approx({"eager": 1.0, "compiled": 9.15})
+    assert entry["break_even_step"] == 83
+    assert out.metrics["compiled_cold_first_step_s"] == 9.0  # the first-step clock is unchanged
+
+
+def test_no_accepted_loss_is_no_first_valid_result_and_no_break_even():
+    out = judge(PARAMS, _runs(compiled_losses=[x * 1.1 for x in LOSSES]), PEAK)
+    compiled = out.diagnostics["scenarios"]["compiled"]["cold"]
+    assert (compiled["first_valid_step"], compiled["first_valid_s"]) == (None, None)
+    entry = out.diagnostics["ledger"]["cold"]
+    assert entry["break_even_step"] is None and entry["conclusive"] is False
+    assert entry["why"] == (
+        "no valid result in compiled: the numerics check accepted none of its losses"
+    )
+    assert break_even_text(entry) == "inconclusive"
+    assert "break_even_step_cold" not in out.metrics
+    # A non-finite eager loss is no valid eager result either.
+    runs = _runs()
+    runs["eager"][0].record["losses"] = [float("nan"), *LOSSES[1:]]
+    eager = judge(PARAMS, runs, PEAK).diagnostics["scenarios"]["eager"]["cold"]
+    assert (eager["first_valid_step"], eager["first_valid_s"]) == (1, pytest.approx(1.3))
+
+
+def test_price_per_hour_is_an_option_carried_in_the_params_only_when_given():
+    from trainready.core.options import check_options
+    from trainready.suites.train import suite
+
+    (case,) = cases(_cfg(price_per_hour=2.0))
+    assert case.params["price_per_hour"] == 2.0
+    assert case.id == cases(_cfg())[0].id  # the price measures nothing: the same case
+    assert "price_per_hour" not in cases(_cfg())[0].params
+    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+        cases(_cfg(price_per_hour=0))
+    check_options({"price_per_hour": 2.5}, {"train": suite}, set())
+    with pytest.raises(ConfigError, match="expected a finite number > 0"):
+        check_options({"price_per_hour": "two"}, {"train": suite}, set())
+
+
 def _timed(first_step_s: float, steps: list[float]) -> dict:
     return {**_record(first_step_s, 0.1, LOSSES), "step_times_s": [steps[0], *steps]}
 
@@ -378,8 +431,14 @@ def test_cli_trains_eager_and_compiled_in_all_four_scenarios(train_run):
     # Eager and compiled losses agree in every scenario (what `pass` requires).
     assert all(v["ok"] for v in r.diagnostics["parity"].values())
     assert set(r.diagnostics["ledger"]) == set(SCENARIOS)
+    # Every loss agreed, so every first valid result is the first step itself.
+    for mode in ("eager", "compiled"):
+        for summary in scenarios[mode].values():
+            assert summary["first_valid_step"] == 0
+            assert summary["first_valid_s"] == summary["first_step_s"]
     report = next(out.glob("*/report.md")).read_text()
     assert "time to N steps" in report and "break-even" in report
+    assert "the full bill" in report and "cost: no price given" in report
     assert "compile time by phase" in report
     html = next(out.glob("*/report.html")).read_text()
     assert "Time to N training steps" in html and "compile time by phase" in html

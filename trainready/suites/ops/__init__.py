@@ -1,0 +1,1 @@
+"""The ops suite: PyTorch OpInfo operators on the device (suite.py)."""
