@@ -61,6 +61,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -761,20 +762,11 @@ def ops_cells(row: OpsRow) -> list[str]:
 
 
 def ops_markdown(rows: list[OpsRow]) -> str:
-    lines = ["| " + " | ".join(OPS_HEADER) + " |", "|" + "---|" * len(OPS_HEADER)]
-    for row in rows:
-        text = [c.replace("|", "\\|") for c in ops_cells(row)]
-        text[-1] = f"**{text[-1]}**" if row.bad else text[-1]
-        lines.append("| " + " | ".join(text) + " |")
-    return "\n".join(lines)
+    return _markdown(OPS_HEADER, [(ops_cells(r), r.bad) for r in rows])
 
 
 def ops_text(rows: list[OpsRow]) -> str:
-    table = [list(OPS_HEADER)] + [[c.replace("`", "") for c in ops_cells(r)] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(OPS_HEADER))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table
-    )
+    return _text(OPS_HEADER, [[c.replace("`", "") for c in ops_cells(r)] for r in rows])
 
 
 def ops_summary(rows: list[OpsRow]) -> list[str]:
@@ -974,21 +966,31 @@ def cells(row: Row) -> list[str]:
     ]
 
 
-def markdown_table(rows: list[Row]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for row in rows:
-        text = [c.replace("|", "\\|") for c in cells(row)]
-        text[-1] = f"**{text[-1]}**" if row.bad else text[-1]
+def _markdown(header: Sequence[str], rows: list[tuple[list[str], bool]]) -> str:
+    """A Markdown table of (cells, bad) rows, a bad row's verdict (last cell) in bold."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cells_, bad in rows:
+        text = [c.replace("|", "\\|") for c in cells_]
+        text[-1] = f"**{text[-1]}**" if bad else text[-1]
         lines.append("| " + " | ".join(text) + " |")
     return "\n".join(lines)
 
 
-def text_table(rows: list[Row]) -> str:
-    table = [list(HEADER)] + [cells(r) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
+def _text(header: Sequence[str], rows: list[list[str]]) -> str:
+    """A plain-text table, columns padded to their widest cell."""
+    table = [list(header), *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table
     )
+
+
+def markdown_table(rows: list[Row]) -> str:
+    return _markdown(HEADER, [(cells(r), r.bad) for r in rows])
+
+
+def text_table(rows: list[Row]) -> str:
+    return _text(HEADER, [cells(r) for r in rows])
 
 
 def counts(rows: list[Row]) -> dict[str, int]:
