@@ -25,7 +25,9 @@ Three columns, each the parity suite judging a synthetic case as it judges any r
 Each fault is planted in turn, clean runs and correct-but-different code (another attention
 kernel, a split-K GEMM, another reduction order, AdamW written out) beside them. A wrong model
 must end `fail_numerics` (caught; `pass` is missed); the goal is every fault caught in fp32, and
-in bf16 every fault of 2% or more (`Fault.required`); a clean or correct-but-different run must
+in bf16 every fault of 2% or more (`Fault.required`) except where it moves what is judged by
+less (`Fault.weak_on`: the synthetic models a softmax scale barely moves, and in the ops column
+op_db's peaked softmax samples); a clean or correct-but-different run must
 pass (`fail_numerics` is a false alarm). The emu column runs in one spawned process that imports
 emu (plant, run, remove, next), the CPU columns in another, so this process never takes
 PrivateUse1.
@@ -683,6 +685,13 @@ class OpsRow:
         )
 
 
+def _weak_entries(spec: Any, records: list[OpsRecord]) -> bool:
+    """Whether every op_db entry of these cases is one the fault moves by less than the bf16
+    goal (`weak_on` "ops/<entry>", measured in tests/unit/testing/test_faults_weak.py)."""
+    entries = {r.case.rsplit("/", 2)[0] for r in records}
+    return bool(entries) and all(f"ops/{e}" in spec.weak_on for e in entries)
+
+
 def ops_rows(records: list[OpsRecord]) -> list[OpsRow]:
     """One row per fault and dtype, in the records' order."""
     rows = []
@@ -707,7 +716,8 @@ def ops_rows(records: list[OpsRecord]) -> list[OpsRow]:
                 expect="pass" if spec is None else spec.expect,
                 required=spec is not None
                 and acted > 0
-                and spec.required("fp32" if dtype == "fp64" else dtype),
+                and spec.required("fp32" if dtype == "fp64" else dtype)
+                and (dtype in ("fp32", "fp64") or not _weak_entries(spec, mine)),
                 cases=len(mine),
                 failing=[r.case for r in failing],
                 case=top.case if top else "",

@@ -31,8 +31,8 @@ CATCH = [name for name, f in faults.FAULTS.items() if f.ops and f.expect == "cat
 PASS = [name for name, f in faults.FAULTS.items() if f.ops and f.expect == "pass"]
 # Misses the suite has today, each with its reason; strict, so a fixed suite fails them loudly.
 MISSES: dict[str, str] = {}
-# Rows of the benchmark's ops table (fault, dtype) that miss a catch the goal requires, each
-# with its reason (benchmarks/results/planted-faults.md, "The ops suite on emu").
+# Rows of the benchmark's ops table (fault, dtype) that miss, each with its reason, measured and
+# so not required (`Fault.weak_on`; benchmarks/results/planted-faults.md, "The ops suite on emu").
 MISSED_ROWS = {
     ("softmax_scale_2pct", "bf16"): "the softmax cases whose samples are bf16 pass (worst "
     "0.85 of the allowance): a 2% scale of op_db's inputs moves the output by less than bf16 "
@@ -148,7 +148,7 @@ def test_the_catch_table_catches_every_fault_in_fp32_and_passes_the_right_runs(r
         elif row.fault in MISSES:
             assert row.verdict == "missed", row
         elif (row.fault, row.dtype) in MISSED_ROWS:
-            assert row.verdict.startswith("missed") and row.bad, row
+            assert row.verdict.startswith("missed (under the goal)") and not row.required, row
         elif row.expect == "catch" and row.required:
             assert row.verdict == "caught", row
         elif row.expect == "pass":
