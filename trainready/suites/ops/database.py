@@ -14,6 +14,13 @@ serve every suite of a run, so `load` undoes all three: a parity or train case t
 same worker afterwards sees the process as it was. It also needs `expecttest` (pure Python, not
 installed by torch): without it the suite's cases are `unsupported` with the import error.
 
+op_db's random ops (dropout, the `normal` and `bernoulli` wrappers) reseed inside torch's
+`freeze_rng_state`, which saves and restores the current accelerator's generator even while the
+CPU reference runs. A young backend may have no generator state to save (emu's minimal profile):
+then every such case ended `cpu_unsupported` for the harness's sake, not the device's. `load`
+swaps in `freeze_rng_state` below, which keeps the accelerator's state where it has one; a device
+without a generator then fails its own random op, when it runs one.
+
 Run as `python -m trainready.suites.ops.database` it prints the catalog (one JSON line per
 entry, `describe`): the parent plans cases from that, in a child process, so the parent never
 imports the database itself (catalog.py).
@@ -21,6 +28,7 @@ imports the database itself (catalog.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -64,7 +72,56 @@ def load() -> dict[str, Any]:
         # disable_global_flags() has no public undo: its flag is a global of the functions'
         # module (whose dict is not torch.backends' own: the module object is replaced).
         torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    _tolerate_accelerators_without_generators()
     return {entry_name(op.name, op.variant_test_name): op for op in op_db}
+
+
+# Where torch's test helpers look `freeze_rng_state` up when a random op's wrapper calls it (the
+# module of `wrapper_set_seed` moved between releases; each binds the name at import).
+_RNG_HOLDERS = (
+    "torch.testing._utils",
+    "torch.testing._internal.common_utils",
+    "torch.testing._internal.opinfo.core",
+    "torch.testing._internal.common_methods_invocations",
+)
+
+
+def _accelerator_rng() -> tuple[Any, Any] | None:
+    """(device module, its generator state) of the current accelerator, or None where there is
+    no accelerator or it keeps no state to read."""
+    try:
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        if accelerator is None:
+            return None
+        module = torch.get_device_module(accelerator.type)
+        return module, module.get_rng_state()
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return None
+
+
+@contextlib.contextmanager
+def freeze_rng_state():
+    """torch's `freeze_rng_state` (the CPU's and the accelerator's generator states restored on
+    exit), but an accelerator without a generator is left alone instead of raising."""
+    from torch.utils._mode_utils import no_dispatch
+
+    with no_dispatch(), torch._C._DisableFuncTorch():
+        cpu, accelerator = torch.get_rng_state(), _accelerator_rng()
+    try:
+        yield
+    finally:
+        with no_dispatch(), torch._C._DisableFuncTorch():
+            if accelerator is not None:
+                module, state = accelerator
+                module.set_rng_state(state)
+            torch.set_rng_state(cpu)
+
+
+def _tolerate_accelerators_without_generators() -> None:
+    for name in _RNG_HOLDERS:
+        module = sys.modules.get(name)  # all four are loaded by op_db's import, where they exist
+        if module is not None and hasattr(module, "freeze_rng_state"):
+            module.freeze_rng_state = freeze_rng_state
 
 
 def _dtype_names(dtypes: Any) -> list[str]:

@@ -9,10 +9,12 @@ Per output, in order (`judge_sample`):
   against the float64 reference, its noise measured: the CPU's same-dtype
   result's distance from float64 ("noise_vs_cpu"). In fp64 there is nothing finer to measure
   the CPU against: the noise is the CPU's fp32 result's distance, scaled by the ratio of the two
-  unit roundoffs, 2^-29 ("noise_vs_cpu_fp32_scaled"; the floor alone when fp32 did not run);
+  unit roundoffs, 2^-29 ("noise_vs_cpu_fp32_scaled"; the floor alone when fp32 did not run), or
+  the CPU's own fp64 distance where that is larger (a sample holding fp32 tensors);
 - where the CPU's own result is non-finite at a position where float64 is finite (or the
   reverse: an overflow in bf16), the CPU's value is the reference there: the device must match
-  the CPU's pattern, and is not blamed for the dtype's range;
+  the CPU's pattern, and is not blamed for the dtype's range, unless it kept float64's finite
+  value there (more range than the CPU): then it is judged against float64 at that position;
 - an integer or bool output must equal the CPU's exactly, except indices that may pick any of
   tied values (database.TIED_INDICES): shape and dtype only.
 
@@ -97,12 +99,17 @@ def output_dtype(t: torch.Tensor, case_dtype: str) -> str:
 
 
 def _noise(ref: torch.Tensor, cpu: torch.Tensor, fp32: Any, dtype: str) -> tuple[float, str]:
+    own = noise_rmse(ref, _real(cpu))
     if dtype != "fp64":
-        return noise_rmse(ref, _real(cpu)), "noise_vs_cpu"
+        return own, "noise_vs_cpu"
+    # The CPU's fp64 result is the reference itself unless the sample holds lower-precision
+    # tensors (cov's fp32 `aweights`): then its own distance is measured noise too.
     if isinstance(fp32, torch.Tensor) and tuple(fp32.shape) == tuple(cpu.shape):
         scaled = noise_rmse(ref, _real(fp32)) * FP64_PER_FP32
-        if math.isfinite(scaled):
+        if math.isfinite(scaled) and scaled >= own:
             return scaled, "noise_vs_cpu_fp32_scaled"
+    if own > 0:
+        return own, "noise_vs_cpu"
     return 0.0, "floor_only"
 
 
@@ -139,12 +146,19 @@ def judge_sample(
             r64, c64 = _real(r), _real(c)
             if tuple(r64.shape) != tuple(c64.shape):
                 continue  # the reference itself took another shape: nothing to judge against
-            r64 = torch.where(nonfinite_mismatch(r64, c64), c64, r64)
+            d64 = _real(d)
+            cpu_range = nonfinite_mismatch(r64, c64)  # the CPU left its dtype's range there
+            # The device keeps float64's finite value there (it computed in more range, as
+            # torch itself does under a dispatch mode for masked.prod's fp16 backward): judged
+            # against float64 at those positions; otherwise it must match the CPU's value.
+            kept_range = cpu_range & torch.isfinite(r64) & torch.isfinite(d64)
+            device_ref = torch.where(cpu_range & ~kept_range, c64, r64)
+            r64 = torch.where(cpu_range, c64, r64)
             f32 = _tensor(fp32[i]) if fp32 is not None and i < len(fp32) else None
             at = output_dtype(c, dtype)
             noise, rule = _noise(r64, c, f32, at)
             rules.add(rule)
-            named[name] = (r64, _real(d), noise)
+            named[name] = (device_ref, d64, noise)
             dtypes[name] = at
             if rule == "noise_vs_cpu" and noise > 0:
                 cpu_rmse[name] = noise

@@ -9,6 +9,7 @@ seeded generator, so the CPU, the reference and the device are given the same on
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -61,15 +62,24 @@ def inplace(op: Any, sample: Any) -> Any:
 
 def out_form(op: Any, sample: Any, like: Any) -> Any:
     """The op with `out=` tensors shaped like `like` (the CPU function form's result), on the
-    sample's device."""
+    sample's device, filled with a value the op would not write (`_unwritten`): an op that
+    leaves `out` alone fails every time, not only where the memory held something else."""
     device = sample.input.device if isinstance(sample.input, torch.Tensor) else None
     if not isinstance(like, (torch.Tensor, tuple)):
         raise NothingToJudge("the op returns no tensor to write out=")
-    out = tree_map(
-        lambda t: torch.empty_like(t, device=device) if isinstance(t, torch.Tensor) else t, like
-    )
+    out = tree_map(lambda t: _unwritten(t, device) if isinstance(t, torch.Tensor) else t, like)
     call(op.op, sample, out=out)
     return out
+
+
+def _unwritten(like: torch.Tensor, device: Any) -> torch.Tensor:
+    if like.is_floating_point() or like.is_complex():
+        fill: Any = math.nan
+    elif like.dtype == torch.bool or like.layout != torch.strided or like.is_quantized:
+        return torch.empty_like(like, device=device)  # no value an op could not write
+    else:
+        fill = torch.iinfo(like.dtype).max
+    return torch.full_like(like, fill, device=device)
 
 
 def run(form: str, op: Any, sample: Any, grads: list | None = None, like: Any = None) -> list:

@@ -31,6 +31,7 @@ dispatch_source.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from trainready.device import is_oom, torch_dtype
 from trainready.suites.ops import catalog, database, plan, runs, samples
 from trainready.suites.ops.judge import SampleVerdict, judge_sample
 from trainready.suites.ops.repro import repro
-from trainready.suites.ops.watch import AtenWatch
+from trainready.suites.ops.watch import AtenWatch, mode_changes
 
 NAME = "ops"
 DEFAULT_DTYPE = None  # each case names its dtype
@@ -101,6 +102,7 @@ class _Tally:
     verdicts: list[tuple[int, SampleVerdict]] = field(default_factory=list)
     cpu_errors: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)  # samples with nothing to judge
+    unwatched: list[int] = field(default_factory=list)  # samples the watch would have changed
 
 
 def _form(params: dict[str, Any]) -> str:
@@ -124,10 +126,11 @@ def _on_device(form: str, op, sample, device: str, grads, like) -> list:  # noqa
 
 
 def _run_sample(op, sample, form: str, dt: torch.dtype, dtype: str, how: str, device: str,
-                watch: AtenWatch, grad_seed: int) -> tuple[SampleVerdict, list[str]]:  # fmt: skip
-    """One sample on the CPU, in float64 and on the device: its verdict, and the random-number
-    ops the device ran (then only invariants are judged). The CPU's error propagates as
-    `_CpuError`; the device's as itself."""
+                watch: AtenWatch, grad_seed: int) -> tuple[SampleVerdict, list[str], bool]:  # fmt: skip
+    """One sample on the CPU, in float64 and on the device: its verdict, the random-number
+    ops the device ran (then only invariants are judged), and whether the device's run was
+    watched (not where the watch's dispatch mode changes the CPU's own result). The CPU's error
+    propagates as `_CpuError`; the device's as itself."""
     grads, like = None, None
     try:
         if form == "bwd":
@@ -135,6 +138,9 @@ def _run_sample(op, sample, form: str, dt: torch.dtype, dtype: str, how: str, de
         if form == "out":
             like = runs.forward(op, samples.on_cpu(sample))
         cpu = runs.run(form, op, samples.on_cpu(sample), grads, like)
+        watched = form != "out" or not mode_changes(
+            lambda: runs.run(form, op, samples.on_cpu(sample), grads, like), cpu
+        )
     except runs.NothingToJudge:
         raise
     except Exception as e:
@@ -151,7 +157,7 @@ def _run_sample(op, sample, form: str, dt: torch.dtype, dtype: str, how: str, de
         except Exception:  # noqa: BLE001 - no float64 path: judged by invariants, said so
             ref_how = "invariants"
     watch.take_seeded()
-    with watch:
+    with watch if watched else contextlib.nullcontext():
         dev = _on_device(form, op, sample, device, grads, like)
     seeded = watch.take_seeded()
     if seeded:
@@ -162,7 +168,7 @@ def _run_sample(op, sample, form: str, dt: torch.dtype, dtype: str, how: str, de
         verdict = judge_sample(ref or cpu, cpu, dev, dtype, ref_how, fp32, tied, label)
     except Exception as e:  # noqa: BLE001 - the tool's failure to compare, never the device's
         raise runs.NothingToJudge(f"the judge could not compare the outputs: {_one_line(e)}") from e
-    return verdict, seeded
+    return verdict, seeded, watched
 
 
 class _CpuError(Exception):
@@ -198,9 +204,11 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
     with ctx.phase("run"):
         for index, sample in chosen:
             try:
-                v, seeded = _run_sample(
+                v, seeded, watched = _run_sample(
                     op, sample, form, dt, p["dtype"], how, ctx.device, watch, seed + index
                 )
+                if not watched:
+                    tally.unwatched.append(index)
             except runs.NothingToJudge as e:
                 tally.empty.append(f"{index}: {e}")
                 continue
@@ -232,6 +240,12 @@ def _outcome(status: str, diag: dict[str, Any], tally: _Tally, watch: AtenWatch,
         diag["cpu_errors"] = tally.cpu_errors[:5]
     if tally.empty:
         diag["not_judged"] = tally.empty[:5]
+    if tally.unwatched:
+        diag["not_watched"] = {
+            "samples": tally.unwatched,
+            "why": "the op's CPU result changes under any dispatch mode (out= left unwritten)"
+            ": these samples ran on the device unwatched, their aten ops not recorded",
+        }
     metrics = {"samples": float(len(tally.verdicts)), **watch.counts(classes)}
     overs = [v.over for _, v in tally.verdicts if v.over is not None]
     if overs:

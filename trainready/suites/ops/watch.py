@@ -15,6 +15,8 @@ Three records, active together around the device's runs (`AtenWatch`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -41,6 +43,33 @@ class _Recorder(TorchDispatchMode):
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.seeded.add(op_name(func))
         return func(*args, **(kwargs or {}))
+
+
+class _Bare(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        return func(*args, **(kwargs or {}))
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(
+                torch.nan_to_num(a.detach()) if a.is_floating_point() else a.detach(),
+                torch.nan_to_num(b.detach()) if b.is_floating_point() else b.detach(),
+            )
+        )
+    return a == b
+
+
+def mode_changes(run: Callable[[], list], expected: list) -> bool:
+    """Whether `run` (a CPU run that gave `expected` unwatched) gives another result under a
+    dispatch mode that only calls through. torch 2.13's `linalg.matrix_rank(out=)` leaves `out`
+    unwritten under any mode: a watched device run would be blamed for the watch."""
+    with _Bare():
+        got = run()
+    return len(got) != len(expected) or not all(map(_same, got, expected))
 
 
 class AtenWatch:

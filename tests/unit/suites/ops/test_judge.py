@@ -75,3 +75,29 @@ def test_fp64_noise_is_the_cpus_fp32_noise_scaled_to_fp64():
     ok = judge_sample([ref], [ref], [ref.clone()], "fp64", fp32=[fp32])
     assert ok.ok and ok.rule == "noise_vs_cpu_fp32_scaled"
     assert not judge_sample([ref], [ref], [ref * (1 + 1e-9)], "fp64", fp32=[fp32]).ok
+
+
+def test_where_the_cpu_overflows_a_device_keeping_float64s_value_passes_and_a_wrong_one_fails():
+    x = torch.tensor([1.0, 2.0, 300.0, 3.0] * 32)
+
+    def square_over(t):
+        return t * t / t  # fp16's intermediate 90,000 overflows; the result fits
+
+    ref, cpu = square_over(x.double()), square_over(x.half())
+    assert torch.isinf(cpu).any() and torch.isfinite(ref).all()
+    kept = ref.half()  # more range than the CPU: float64's value, finite, in fp16
+    better = judge_sample([ref], [cpu], [kept], "fp16")
+    assert better.ok
+    wrong = kept.clone()
+    wrong[2] = 450.0  # finite where the CPU overflowed, but not float64's value
+    assert not judge_sample([ref], [cpu], [wrong], "fp16").ok
+    assert judge_sample([ref], [cpu], [cpu.clone()], "fp16").ok  # the CPU's own inf still passes
+
+
+def test_fp64_noise_counts_the_cpus_own_distance_where_the_sample_held_fp32_tensors():
+    ref, _, x = runs(softplus, torch.float64)
+    fp32 = softplus(x.float())
+    cpu = ref + (fp32.double() - ref)  # the fp64 run read an fp32 weight: fp32-sized error
+    same = judge_sample([ref], [cpu], [cpu.clone()], "fp64", fp32=[fp32])
+    assert same.ok and same.rule == "noise_vs_cpu"
+    assert not judge_sample([ref], [cpu], [ref + 10 * (cpu - ref)], "fp64", fp32=[fp32]).ok
