@@ -38,6 +38,9 @@ def main() -> None:
                 "clock": stats.clock,
                 "median_ms": stats.median_s * 1e3,
                 "spread": stats.spread,
+                "repeats": stats.repeats,
+                # The adaptive sampler's verdict: whether the median's 95% interval got within ±5%.
+                "sampling": stats.sampling.to_json() if stats.sampling else None,
                 "tflops": flops / stats.median_s / 1e12,
                 "peak_tflops": peak["flops"] / 1e12,
                 "peak_label": peak["label"],

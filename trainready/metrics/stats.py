@@ -2,7 +2,8 @@
 
 Timings are skewed (a hiccup is slow, never fast) and often few, so intervals are bootstrap
 percentile intervals of the median, with no assumption about the distribution's shape:
-`median_interval` for one sample, `ratio_interval` for the ratio of two samples' medians (a
+`median_interval` for one sample (`order_interval`, its closed-form order-statistic twin, is
+what the adaptive sampler checks as it goes), `ratio_interval` for the ratio of two samples' medians (a
 speedup). `MAX_SPREAD` is the one rule for when a set of timings is too spread out to stand for
 a single number: a headline built on it is then shown as inconclusive, with `spread_why` as the
 reason, as it is with fewer than `MIN_SAMPLES` timings.
@@ -68,6 +69,22 @@ def median_interval(
     return _percentiles(_bootstrap_medians(samples, seed), confidence)
 
 
+def order_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free `confidence` interval of the median from two order statistics: the
+    ranks j and n + 1 - j where Binomial(n, 1/2) puts at most (1 - confidence) / 2 below j
+    (normal approximation, continuity-corrected). No resampling: one sort, so the adaptive
+    sampler (`metrics.sampler`) can afford it at every check. Its coverage is at least
+    `confidence` from 6 samples on (exact binomial: 95.3-99% at 95%); below that even the whole
+    range, which it then is, covers less (1 - 2^(1-n))."""
+    if not samples:
+        raise ValueError("order_interval needs at least one sample")
+    xs, n = sorted(float(x) for x in samples), len(samples)
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    j = math.floor(n / 2 - 0.5 - z * math.sqrt(n) / 2)  # 0-based rank of the lower end
+    j = max(0, min(j, (n - 1) // 2))
+    return xs[j], xs[n - 1 - j]
+
+
 def ratio_interval(
     numerator: Sequence[float],
     denominator: Sequence[float],
@@ -118,6 +135,18 @@ def drift_why(moved: float | None, where: str) -> str | None:
     if moved is None or moved <= MAX_DRIFT:
         return None
     return f"the machine's speed moved {moved:.0%} {where} (drift reference; over {MAX_DRIFT:.0%})"
+
+
+def unstable_why(unstable: int, taken: int, where: str = "") -> str | None:
+    """Why a timing headline is inconclusive when drift readings never settled: their samples
+    never agreed (`device/settle.py`), so the machine was not steady enough then to say how
+    fast it ran, let alone how far its speed moved. None when every reading agreed."""
+    if not unstable:
+        return None
+    return (
+        f"the drift reference was unstable in {unstable} of {taken or unstable} readings{where} "
+        "(their samples never agreed: the machine was not steady)"
+    )
 
 
 # Student's t two-sided 95% quantiles by degrees of freedom (few processes: few df, and the

@@ -130,9 +130,11 @@ def test_benchmark_time_cap_stops_early_but_times_once(clock):
 
 
 def test_benchmark_min_run_repeats_until_enough_time_is_measured():
-    stats = benchmark(lambda: time.sleep(0.002), "cpu", warmup=0, repeats=2, min_run_s=0.1)
-    assert stats.repeats > 2  # past `repeats`, and no further than needed:
-    assert sum(stats.samples) >= 0.1 > sum(stats.samples[:-1])
+    stats = benchmark(
+        lambda: time.sleep(0.002), "cpu", warmup=0, repeats=2, min_run_s=0.1, flush_l2=False
+    )
+    assert stats.repeats > 2  # past `repeats`, until the sum and the interval both allow it
+    assert sum(stats.samples) >= 0.1 and stats.sampling.concluded
 
 
 def test_benchmark_a_real_matmul_with_cache_flush():
@@ -140,6 +142,31 @@ def test_benchmark_a_real_matmul_with_cache_flush():
     stats = benchmark(lambda: a @ a, "cpu", warmup=1, repeats=5)
     assert stats.repeats == 5
     assert 0 < stats.min_s <= stats.median_s <= stats.max_s < 1.0
+
+
+def test_benchmark_samples_until_the_interval_concludes_or_the_budget_ends(clock):
+    """The sampler sets the repeats: a steady fn concludes at `repeats`; a noisy one goes on
+    until its budget, then says how much more time would likely have concluded it."""
+    steady = benchmark(lambda: clock.advance(0.01), "cpu", warmup=0, repeats=5, max_time_s=10)
+    assert steady.repeats == 5 and steady.sampling.concluded
+    assert steady.sampling_metrics() == pytest.approx(
+        {"concluded": 1.0, "half_width": 0.0, "timing_s": 0.05}
+    )
+    import random
+
+    rng = random.Random(0)
+    noisy = benchmark(
+        lambda: clock.advance(rng.lognormvariate(-4.6, 0.6)),
+        "cpu",
+        warmup=0,
+        repeats=5,
+        flush_l2=False,
+        max_time_s=1.0,
+    )
+    v = noisy.sampling
+    assert not v.concluded and v.stopped == "budget" and noisy.repeats > 20
+    assert v.spent_s <= 1.0 + max(noisy.samples) and v.needed_s > 0  # priced at the mean
+    assert set(noisy.sampling_metrics()) == {"concluded", "half_width", "timing_s", "needed_s"}
 
 
 def test_benchmark_rejects_zero_repeats():

@@ -5,7 +5,9 @@ First the process group each run used (backend, ranks). Then one row per API (a 
 all its sizes and dtypes counts as one API): how many of its cases pass, the worst status, and the
 reason of the first case with that status. Bandwidth is nccl-tests' bus bandwidth (algbw x the
 collective's factor), passing cases only -- except where a run had one rank, whose factor is 0
-for nearly every collective: there the chart and headline show algbw, and say so.
+for nearly every collective: there the chart and headline show algbw, and say so. The bandwidth
+headline reads "inconclusive" when its case's adaptive sampling (`metrics.sampler`) ran out of
+budget on some rank, with the time and the option (`--set timing_s`) that would likely conclude it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from trainready.core.case import Result
+from trainready.metrics.sampler import budget_why
 from trainready.reporting import fmt
 from trainready.reporting.blocks import STATUS, Block, Chart, Column, Stat, Table, Text, num
 from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
@@ -198,12 +201,13 @@ def headlines(run: RunView) -> list[Stat]:
         size = fmt.number(int(best.metrics["size_bytes"]))
         ranks = _ranks([int(best.metrics.get("nranks", 0))])
         why = "" if metric == BUSBW[0] else " (one rank: busbw is 0 by definition)"
-        stats.append(
-            Stat(
-                f"best all_reduce {called}",
-                best.metrics[metric],
-                lambda v: f"{fmt.number(v)} GB/s",
-                f"{best.case.params.get('tensor_dtype')}, {size} B, {ranks}{why}",
-            )
-        )
+        note = f"{best.case.params.get('tensor_dtype')}, {size} B, {ranks}{why}"
+        # Its timing's adaptive sampling ran out of budget: no figure, the time it would need.
+        short = budget_why([best.diagnostics.get("sampling")])
+        label = f"best all_reduce {called}"
+        if short:
+            measured = f"measured {fmt.number(best.metrics[metric])} GB/s"
+            stats.append(Stat(label, "inconclusive", fmt.text, f"{short}; {measured}, {note}"))
+        else:
+            stats.append(Stat(label, best.metrics[metric], lambda v: f"{fmt.number(v)} GB/s", note))
     return stats

@@ -3,7 +3,10 @@
 
 Counts are over planned cases: a case without a result counts as "not run", never as a pass.
 TFLOP/s comes twice, labelled: the work of the blocks the mask keeps (what the kernel must do)
-and the dense-equivalent work (what the same time would be worth without the mask).
+and the dense-equivalent work (what the same time would be worth without the mask). A median
+TFLOP/s reads "inconclusive" when a case's adaptive sampling (`metrics.sampler`) ran out of budget
+before its median time's 95% interval came within ±5%, with the time and option that would
+likely conclude it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from html import escape
 
 from trainready.core.case import Case, Result
+from trainready.metrics.sampler import budget_why
 from trainready.reporting import fmt
 from trainready.reporting.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, num
 from trainready.reporting.model import NOT_RUN, Report, RunView, compile_note, finite, reason
@@ -242,10 +246,17 @@ def speed_stats(report: Report) -> Stats | None:
             if compile_s is not None:
                 stats.append(Stat(f"{prefix}median {label} compile", compile_s, _seconds))
             if tflops is not None:
-                stats.append(
-                    Stat(f"{prefix}median {label} TFLOP/s", tflops, fmt.number, "kept blocks")
-                )
+                stats.append(tflops_stat(f"{prefix}median {label} TFLOP/s", tflops, at))
     return Stats(stats) if stats else None
+
+
+def tflops_stat(label: str, tflops: float, results: list[Result]) -> Stat:
+    """The median TFLOP/s of these cases, or "inconclusive" where a case's sampling budget ran
+    out (`sampler.budget_why`), the measured median then in the note."""
+    why = budget_why([r.diagnostics.get("sampling") for r in results])
+    if why:
+        return Stat(label, "inconclusive", fmt.text, f"{why}; measured {fmt.number(tflops)}")
+    return Stat(label, tflops, fmt.number, "kept blocks")
 
 
 def _seconds(value: float) -> str:

@@ -3,7 +3,9 @@
 MFU is a fraction of a peak that is either a datasheet number or a measured one; the suite says
 which in diagnostics["peak_label"], and every MFU shown here carries that label. The MFU headlines'
 intervals cover timing noise and the machine's drift over the run (the drift reference each case
-read, `run_drift`), or read "inconclusive" when the machine moved too far.
+read, `run_drift`), or read "inconclusive" when the machine moved too far, or when a case's
+adaptive sampling (`metrics.sampler`) ran out of budget before its median's 95% interval came
+within ±5%: then with about how much more time would likely conclude it, and the option.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import statistics
 from dataclasses import dataclass
 
 from trainready.core.case import Result
-from trainready.metrics.stats import drift, drift_why, spread_why, widen
+from trainready.metrics.sampler import budget_why
+from trainready.metrics.stats import drift, drift_why, spread_why, unstable_why, widen
 from trainready.reporting import fmt
 from trainready.reporting.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, Text, num
 from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
@@ -106,16 +109,9 @@ def run_drift(results: list[Result]) -> RunDrift:
     )
 
 
-def unstable_why(d: RunDrift) -> str | None:
-    """Why the headline is inconclusive when a drift reading never settled: its samples never
-    agreed (`device/settle.py`), so the machine was not steady enough then to say how fast it
-    ran, let alone how far its speed moved. None when every reading agreed."""
-    if not d.unstable:
-        return None
-    return (
-        f"the drift reference was unstable in {d.unstable} of {d.taken or d.unstable} readings "
-        "(their samples never agreed: the machine was not steady)"
-    )
+def run_unstable_why(d: RunDrift) -> str | None:
+    """`stats.unstable_why` over the run's drift readings."""
+    return unstable_why(d.unstable, d.taken)
 
 
 def drift_text(d: RunDrift) -> str:
@@ -149,8 +145,9 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
     and `interval`, that widened each way by how far the machine's speed moved (`machine`:
     `run_drift` over the run's cases; these results' own when not given). `why` says why it is
     inconclusive: a case above 100% MFU (the measured peak is too low, so no MFU against it
-    means much), the cases' median timing spread over stats.MAX_SPREAD, or a drift over
-    stats.MAX_DRIFT.
+    means much), a drift over stats.MAX_DRIFT or an unstable drift reading, a case whose
+    sampling budget ran out (`sampler.budget_why`: with the time and the option that would
+    likely conclude it), or the cases' median timing spread over stats.MAX_SPREAD.
 
     Per M, because M=1 (matrix-vector, memory-bound) and M >= 128 (compute-bound) form separate
     clusters: one median over both is the midpoint between them, and moves with the mix."""
@@ -158,6 +155,8 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
     mfus = [r.metrics["mfu"] for r in results]
     spreads = [r.metrics["spread"] for r in results if finite(r.metrics.get("spread"))]
     spread = statistics.median(spreads) if spreads else 0.0
+    # The IQR, wider than the sampler's 95% interval of the median: a rerun's cases land within
+    # it (tests/e2e/test_headline_stability.py); the sampler's verdict says when to stop.
     half = [min(r.metrics.get("spread") or 0.0, 1.9) / 2 for r in results]  # < 1: times stay > 0
     above = sum(m > 1 for m in mfus)
     why = (
@@ -166,7 +165,8 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
         if above
         # The drift before the spread, as in the train suite: a machine that moved spreads too.
         else drift_why(machine.moved, _when(machine))
-        or unstable_why(machine)
+        or run_unstable_why(machine)
+        or budget_why([r.diagnostics.get("sampling") for r in results])
         or spread_why("timed repeats (median over the cases)", spread)
     )
     noise = [

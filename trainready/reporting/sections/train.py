@@ -106,14 +106,35 @@ def _steps(rate: dict) -> str:
     return (
         f"{rate['steady_steps']} steps in {fmt.plural(processes, 'process', 'processes')}, "
         f"spread {fmt.percent(rate['spread'])}"
+    ) + _more_processes(rate)
+
+
+def _more_processes(rate: dict) -> str:
+    """'; over processes ±12% (target ±5%): about 9 more processes (~40 s) would likely narrow
+    it': where the process is the unit sampled and the t interval over them is wider than the
+    sampler's target (`rates.processes_needed`); '' when it is not (or was not measured)."""
+    found = rate.get("processes") or {}
+    if found.get("concluded", True):
+        return ""
+    return (
+        f"; over processes ±{found['half_width']:.0%} (target ±5%): about "
+        f"{fmt.plural(found['more'], 'more process', 'more processes')} "
+        f"(~{fmt.number(found['more_s'])} s) would likely narrow it (no option sets the "
+        "processes per scenario yet)"
     )
 
 
 def drift_text(r: Result) -> str:
     """The case's drift as a note reads it: cold → warm medians, the drift reference read in the
-    training processes (and at the peak's calibration), the processes' scatter; or unknown."""
+    training processes (and at the peak's calibration; how many readings were unstable: their
+    samples never agreed, so they give no speed), the processes' scatter; or unknown."""
     machine = r.diagnostics.get("drift_reference")
+    ref = (machine.get("reference") or {}) if isinstance(machine, dict) else {}
+    unstable = int(ref.get("unstable") or 0)
+    shaky = f"unstable in {unstable} of {ref.get('taken') or unstable} readings" if unstable else ""
     if not isinstance(machine, dict) or machine.get("moved") is None:
+        if shaky:
+            return f"machine drift unknown (drift reference {ref.get('workload')}: {shaky})"
         return "machine drift unknown (cold and warm not both run in a mode, no drift reference)"
     parts = []
     medians = "; ".join(
@@ -125,7 +146,6 @@ def drift_text(r: Result) -> str:
     )
     if medians:
         parts.append(f"steady step medians cold → warm: {medians}")
-    ref = machine.get("reference") or {}
     if ref.get("readings_flops"):
         xs = ref["readings_flops"]
         text = (
@@ -134,7 +154,9 @@ def drift_text(r: Result) -> str:
         )
         if ref.get("calibration_flops"):
             text += f", {fmt.number(ref['calibration_flops'] / 1e9)} at the peak's calibration"
-        parts.append(text)
+        parts.append(text + (f"; {shaky}" if shaky else ""))
+    elif shaky:
+        parts.append(f"drift reference {ref.get('workload')}: {shaky}")
     between = machine.get("between_processes") or {}
     if between.get("df"):
         parts.append(f"processes scatter {fmt.percent(between['sd'])} ({between['df']} df)")

@@ -12,9 +12,12 @@ by rank), the larger of the two -- either order is correct. An op that needs mor
 and its functional form, `permute_tensor`, on one rank) is `skipped`, saying so: a limit of the
 run's settings, not of the device.
 
-Timing: `warmup` untimed calls, then `repeats` individually timed ones (the shared timing probe,
-the same counts on every rank so no rank waits in a collective the others skipped). A rank reports
-its median; the host takes the slowest rank's.
+Timing: `warmup` untimed calls, then individually timed ones (the shared timing probe), as many as
+the adaptive sampler (`metrics.sampler`) asks: at least `repeats`, then more until the median's
+95% interval is within ±5%, for at most `--set timing_s` seconds more (TIMING_S). The ranks agree on
+each batch's count (`agree`: one all_reduce MIN per check, outside the timed region), so every
+rank makes the same calls and none waits in a collective the others skipped. A rank reports its
+median and the sampler's verdict; the host takes the slowest rank's median.
 
 Sizes and bandwidth as nccl-tests define them (PERFORMANCE.md): `size` is the per-rank full buffer
 (all_reduce/broadcast/send: the buffer; all_gather: the output; reduce_scatter: the input;
@@ -26,6 +29,7 @@ collective but broadcast: busbw is 0 by definition there, and the report shows a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,12 +37,18 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from trainready.device import torch_dtype
 from trainready.core.launch import RankEnv
+from trainready.device import torch_dtype
 from trainready.probes.numerics import judge, noise_rmse
-from trainready.probes.timing import benchmark
-from trainready.suites.dist.rank import skipped
+from trainready.probes.timing import (
+    agree_over_ranks,
+    benchmark,
+    sampling_record,
+    timing_budget,
+    timing_option,
+)
 from trainready.suites.dist.models import NOISE_RULE
+from trainready.suites.dist.rank import skipped
 
 VALUES = 16  # inputs are integers in [0, VALUES): exact in every float dtype we test
 
@@ -318,8 +328,21 @@ def _bitwise(got: torch.Tensor, expected: torch.Tensor) -> tuple[bool, dict]:
     }
 
 
-def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats: int) -> dict:
-    """Check and time `op` on this rank -> {"ok", "check", "median_s", "bytes", ...}."""
+# A timed collective's sampling budget on each rank, in seconds (`--set timing_s`): sizes the
+# quick sweep's 40-odd timed cases to well under a minute of timing at worst.
+TIMING_S = 1.0
+
+
+def run(
+    env: RankEnv,
+    op: str,
+    size_bytes: int,
+    dtype: str,
+    warmup: int,
+    repeats: int,
+    timing_s: float = TIMING_S,
+) -> dict:
+    """Check and time `op` on this rank -> {"ok", "check", "median_s", "bytes", "sampling", ...}."""
     spec = OPS[op]
     tdtype = torch_dtype(dtype)
     numel = numel_for(size_bytes, tdtype, env.world_size) if spec.sized else 0
@@ -336,7 +359,15 @@ def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats
         verdict = judge(ref64, got, noise, dtype, NOISE_RULE)
         ok, check = verdict.ok, verdict.to_json()
     env.phase("time")
-    stats = benchmark(prepared.call, env.device, warmup=warmup, repeats=repeats, flush_l2=False)
+    stats = benchmark(
+        prepared.call,
+        env.device,
+        warmup=warmup,
+        repeats=repeats,
+        flush_l2=False,
+        extra_s=timing_s,
+        agree=agree_over_ranks(env.device) if env.world_size > 1 else None,
+    )
     return {
         "ok": ok,
         "check": check,
@@ -346,6 +377,8 @@ def run(env: RankEnv, op: str, size_bytes: int, dtype: str, warmup: int, repeats
         "repeats": stats.repeats,
         "clock": stats.clock,
         "bytes": numel * tdtype.itemsize,
+        "sampling": sampling_record(stats, lambda total: timing_option(total, 1.0, math.inf)),
+        "sampling_metrics": stats.sampling_metrics(),
     }
 
 
@@ -366,10 +399,11 @@ def run_case(env: RankEnv, name: str, params: dict, options: dict) -> dict:
         params["tensor_dtype"],
         params["warmup"],
         params["repeats"],
+        timing_budget(options, TIMING_S),
     )
     metrics = {k: float(r[k]) for k in ("median_s", "min_s", "spread", "repeats", "bytes")}
     return {
         "ok": r["ok"],
-        "metrics": metrics,
-        "diagnostics": {"check": r["check"], "clock": r["clock"]},
+        "metrics": {**metrics, **r["sampling_metrics"]},
+        "diagnostics": {"check": r["check"], "clock": r["clock"], "sampling": r["sampling"]},
     }

@@ -29,17 +29,20 @@ for a reason that is not the device's -- an op that needs more ranks than the ru
 this torch build does not have (`torch.distributed._token_switch`, DTensor's Shard -> Partial).
 
 Options: `nproc` (default 2; on an accelerator at most the devices there are), `pg_backend`,
-`compile_backend` (the compiled FSDP2 cases; default the device's: inductor, openxla on xla).
+`compile_backend` (the compiled FSDP2 cases; default the device's: inductor, openxla on xla),
+`timing_s` (a timed collective's sampling budget per rank: `collectives.TIMING_S`).
 
 Metrics of collectives: size_bytes, time_us (the slowest rank's median), algbw_gbps, busbw_gbps
 (GB/s, 1e9 bytes; 0 on one rank for all but broadcast and point-to-point, where nccl-tests'
-factor is 0), repeats, spread; every case: nranks, start_s (ranks started by this case); every
-diagnostics: backend (the process group's).
+factor is 0), repeats, spread, and the adaptive sampler's verdict on the least settled rank:
+concluded, half_width, needed_s (diagnostics' `sampling`: `least_settled`); every case: nranks,
+start_s (ranks started by this case); every diagnostics: backend (the process group's).
 """
 
 from __future__ import annotations
 
 import atexit
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -55,6 +58,7 @@ from trainready.device import (
     device_type,
 )
 from trainready.probes.compile import backend_unsupported
+from trainready.probes.timing import TIMING_OPTION
 from trainready.suites.dist.collectives import OPS, busbw_factor
 
 NAME = "dist"
@@ -63,7 +67,12 @@ DEFAULT_BUDGET_S = 180.0  # start-up of the ranks and a compile included
 DEFAULT_NPROC = 2
 USES_PEAK = False  # bandwidth and correctness, no MFU
 # The --set options this suite reads, checked before a run starts (see core/options.py).
-OPTIONS = {"nproc": range(1, 1025), "pg_backend": str, "compile_backend": str}
+OPTIONS = {
+    "nproc": range(1, 1025),
+    "pg_backend": str,
+    "compile_backend": str,
+    TIMING_OPTION: float,  # a timed collective's sampling budget per rank (collectives.TIMING_S)
+}
 RANK_TARGET = "trainready.suites.dist.rank:run_case"
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -291,6 +300,14 @@ def _collective_metrics(case: Case, per_rank: list[dict[str, Any]]) -> dict[str,
         "repeats": per_rank[0]["metrics"]["repeats"],
         "spread": max(r["metrics"]["spread"] for r in per_rank),
     }
+    # The sampler's verdict, the least settled rank's: a case concludes when every rank did.
+    metrics.update(
+        {
+            k: pick(r["metrics"][k] for r in per_rank if k in r["metrics"])
+            for k, pick in (("concluded", min), ("half_width", max), ("needed_s", max))
+            if any(k in r["metrics"] for r in per_rank)
+        }
+    )
     if OPS[p["op"]].sized:
         size = per_rank[0]["metrics"]["bytes"]
         algbw = size / slowest / 1e9
@@ -300,6 +317,18 @@ def _collective_metrics(case: Case, per_rank: list[dict[str, Any]]) -> dict[str,
             busbw_gbps=algbw * busbw_factor(p["op"], world),
         )
     return metrics
+
+
+def least_settled(records: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Of the ranks' sampler verdicts, the one that says least: unconcluded before concluded,
+    then the one needing the most time, then the widest; None when no rank sampled."""
+    found = [r for r in records if r]
+    if not found:
+        return None
+    return max(
+        found,
+        key=lambda r: (not r.get("concluded"), r.get("needed_s") or 0.0, r.get("half_width", 0)),
+    )
 
 
 def outcome_of(case: Case, res: LaunchResult, budget_s: float) -> Outcome:
@@ -318,6 +347,9 @@ def outcome_of(case: Case, res: LaunchResult, budget_s: float) -> Outcome:
         diagnostics: dict[str, Any] = {
             "ranks": {r: out["diagnostics"] for r, out in enumerate(per_rank)}
         }
+        sampled = least_settled(out["diagnostics"].get("sampling") for out in per_rank)
+        if sampled:
+            diagnostics["sampling"] = sampled
         if wrong:
             diagnostics["error"] = f"wrong result on ranks {wrong}"
         outcome = Outcome("fail_numerics" if wrong else "pass", metrics, diagnostics)

@@ -63,9 +63,15 @@ Verdicts:
 
 Metrics: compile_s, run_ms, tflops (work of the blocks the mask keeps), tflops_dense (the
 dense-equivalent work over the same time), gflop, gflop_dense, block_share (kept blocks / all
-blocks), time_ms_min, spread, repeats, max_rel_err and rmse (of the worst tensor). FLOPs follow
+blocks), time_ms_min, spread, repeats, concluded, half_width, timing_s and needed_s (the adaptive
+sampler's verdict), max_rel_err and rmse (of the worst tensor). FLOPs follow
 `probes.flops.attention_flops` (backward = 2x forward; the backward's recompute of q @ k^T is not
 counted, by convention).
+
+Timing: at least REPEATS timed calls, then more until the median's 95% interval is within ±5%
+(`metrics.sampler`), for at most `--set timing_s` seconds more (TIMING_S; the whole timed loop
+never over TIMING_SHARE of the case budget nor half of what the compile left of it). Diagnostics' `sampling` holds the
+verdict and, when the budget ran out, the option that gives it the time it would likely need.
 """
 
 from __future__ import annotations
@@ -91,7 +97,14 @@ from trainready.device import device_type, is_oom, synchronize, torch_dtype
 from trainready.metrics.flops import attention_backward_flops, attention_flops
 from trainready.probes.compile import FIRST_COMPILE_KEY, cache_counts, first_compile_in_process
 from trainready.probes.numerics import judge_many, noise_rmse
-from trainready.probes.timing import TimingStats, benchmark
+from trainready.probes.timing import (
+    TIMING_OPTION,
+    TimingStats,
+    benchmark,
+    sampling_record,
+    timing_budget,
+    timing_option,
+)
 from trainready.suites.flex.variants import BUILTIN, Mods, Shape, Variant, variants
 
 NAME = "flex"
@@ -102,7 +115,7 @@ USES_PEAK = False  # reports TFLOP/s, not MFU: no peak to resolve
 # compile is single-threaded anyway (module docstring, "CPU").
 CPU_CORES = 1
 # The --set options this suite reads, checked before a run starts (see core/options.py).
-OPTIONS = {"variants": str}  # a Python file: imported and executed
+OPTIONS = {"variants": str, TIMING_OPTION: float}  # variants: a Python file, imported and run
 PASSES = ("fwd", "fwd_bwd")
 STANDARD_VARIANTS = ("noop", "causal", "alibi", "sliding_window")
 
@@ -137,8 +150,9 @@ GRIDS = {
 
 SEED = 0
 WARMUP = 2
-REPEATS = 10
-TIMING_SHARE = 0.25  # of the case budget, for the timed loop
+REPEATS = 10  # the fewest timed calls; the sampler adds more until the median is within ±5%
+TIMING_SHARE = 0.25  # of the case budget, at most, for the timed loop
+TIMING_S = 1.0  # seconds for repeats past REPEATS (`--set timing_s`): see the module docstring
 
 
 # --- cases ----------------------------------------------------------------------------------------
@@ -526,6 +540,7 @@ def _metrics(
         "time_ms_min": stats.min_s * 1e3,
         "spread": stats.spread,
         "repeats": float(stats.repeats),
+        **stats.sampling_metrics(),
     }
     for name, key in (("max_rel_err", "max_rel"), ("rmse", "rmse")):
         if key in worst_errors:
@@ -596,6 +611,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         repeats=REPEATS,
         flush_l2=True,
         max_time_s=max(0.0, min(TIMING_SHARE * ctx.budget_s, left / 2)),
+        extra_s=timing_budget(ctx.options, TIMING_S),
     )
 
     ctx.set_phase("check")
@@ -616,6 +632,9 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "worst": worst,
         "numerics": verdicts,
         "baseline": f"dense math rounded as PyTorch's flex math path does for {dtype}, CPU eager",
+        "sampling": sampling_record(
+            stats, lambda total: timing_option(total, TIMING_SHARE, ctx.budget_s)
+        ),
     }
     if not ok:
         diagnostics["error"] = _verdict_text(worst, worst_errors, worst_errors.get("threshold"))

@@ -26,7 +26,13 @@ Params (what reports group by): model, family, op, fused (bool), M, N, K, pass (
 
 Metrics: gflop (2*M*N*K/1e9), time_ms (median), time_ms_min, time_ms_max, spread (IQR / median),
 tflops (from the median), mfu (only when a peak FLOP/s for the dtype is known), repeats,
-max_rel_err and rmse (of the numerics spot-check).
+concluded, half_width, timing_s and needed_s (the adaptive sampler's verdict:
+`probes.timing.TimingStats.sampling_metrics`), max_rel_err and rmse (of the numerics spot-check).
+
+Timing: at least REPEATS timed calls, then more until the median's 95% interval is within ±5%
+(`metrics.sampler`), for at most `--set timing_s` seconds more (TIMING_S; the whole timed loop
+never over TIMING_SHARE of the case budget). Diagnostics' `sampling` holds the verdict and, when the budget ran out, the
+option that gives it the time it would likely need.
 
 Diagnostics: peak_label and peak_source (what the MFU is against), clock (how time was measured),
 check (what the spot-check compared), sample (its rows, columns and regions), numerics (the
@@ -72,13 +78,20 @@ from trainready.metrics.flops import (
 from trainready.probes.drift import drift_record
 from trainready.probes.numerics import Verdict, judge, noise_rmse, over_allowance
 from trainready.probes.ops import OpsProbe
-from trainready.probes.timing import TimingStats, benchmark
+from trainready.probes.timing import (
+    TIMING_OPTION,
+    TimingStats,
+    benchmark,
+    sampling_record,
+    timing_budget,
+    timing_option,
+)
 
 NAME = "matmul"
 DEFAULT_DTYPE = "bf16"
 DEFAULT_BUDGET_S = 120.0
 # The --set options this suite reads, checked before a run starts (see core/options.py).
-OPTIONS: dict = {}
+OPTIONS: dict = {TIMING_OPTION: float}
 
 M_VALUES = (1, 128, 2048)
 PASSES = ("fwd", "dX", "dW")
@@ -111,8 +124,13 @@ SMOKE, SMOKE_M = ("Llama-3.1-8B", "k_proj"), 128
 SEED = 0
 CHECK_SIZE = 64  # the spot-check covers at most CHECK_SIZE rows x CHECK_SIZE columns of the output
 WARMUP = 3
-REPEATS = 10
-TIMING_SHARE = 0.25  # of the case budget, for the timed loop; the rest covers setup and the check
+REPEATS = 10  # the fewest timed repeats; the sampler adds more until the median is within ±5%
+TIMING_SHARE = 0.25  # of the case budget, at most, for the timed loop; the rest: setup, check
+# Seconds for repeats past REPEATS (`--set timing_s`): a quiet machine concludes in the 10; a
+# noisy one samples this much longer, then reads inconclusive with the time it would need. One
+# second bounds what sampling adds to the quick preset's 44 cases to under a minute (on a CPU a
+# repeat's L2 flush costs about 0.25 s of it).
+TIMING_S = 1.0
 
 
 # --- cases ----------------------------------------------------------------------------------------
@@ -360,6 +378,7 @@ def _metrics(flop: float, stats: TimingStats, peak: dict[str, Any] | None) -> di
         "spread": stats.spread,
         "tflops": flop / stats.median_s / 1e12,
         "repeats": float(stats.repeats),
+        **stats.sampling_metrics(),
     }
     if peak and peak.get("flops"):
         metrics["mfu"] = flop / stats.median_s / peak["flops"]
@@ -386,6 +405,7 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
             repeats=REPEATS,
             flush_l2=True,
             max_time_s=TIMING_SHARE * ctx.budget_s,
+            extra_s=timing_budget(ctx.options, TIMING_S),
         )
         readings.append(read_reference(ctx.device, dtype))
 
@@ -406,5 +426,8 @@ def execute(case: Case, ctx: CaseContext) -> Outcome:
         "sample": sample,
         "numerics": verdict.to_json(),
         "drift_reference": drift_record(ctx.device, dtype, readings, peak),
+        "sampling": sampling_record(
+            stats, lambda total: timing_option(total, TIMING_SHARE, ctx.budget_s)
+        ),
     }
     return Outcome("pass" if verdict.ok else "fail_numerics", metrics, diagnostics)

@@ -15,11 +15,14 @@ It measures two clocks:
   and optimizer (synchronised between them). Process start-up is not on this clock, in either
   mode: torch and torch._dynamo (which the compile probe needs) are imported before it starts;
   the train suite records the whole process's time apart (`process_s`);
-- steady steps: every later step, timed on the device (events where the backend has them).
+- steady steps: every later step, timed on the device (events where the backend has them): the
+  spec's `warmup` ones, then as many as the adaptive sampler asks (`steady_sampler`: at least
+  the planned ones, then more until their median is within ±5% or `timing_s` has run).
 
 Around the steady steps it reads the drift reference (`device.reference`: a fixed GEMM), after the
 first step (off its clock) and after the last (`reference_flops`): how fast the machine ran for
 this process, which the train suite compares across its processes and with the peak's calibration.
+A reading whose samples never agreed is no speed (None) and is counted in `reference_unstable`.
 
 MoE sizes dispatch routed (each token through its k experts only, `models.moe`), so the
 FLOPs per token (active parameters only) are the FLOPs the step does; the record says which
@@ -58,18 +61,20 @@ from trainready.device import (
     autocast,
     device_type,
     memory_stats,
-    reference_rate,
+    read_reference,
     reference_workload,
     reset_peak_memory,
     step_boundary,
     synchronize,
 )
 from trainready.metrics.flops import training_flops_per_token
+from trainready.metrics.sampler import Rule, Sampler
 from trainready.models.moe import implementation as moe_implementation
 from trainready.models.qwen3 import Qwen3, num_params, qwen3_config
 from trainready.probes import ties
 from trainready.probes.compile import CompileProbe, cache_counts
 from trainready.probes.ops import OpsProbe
+from trainready.probes.timing import agree_over_ranks
 
 PRECISIONS = ("autocast", "bf16_params")
 COMPILE_MODES = ("none", "blocks", "model")
@@ -109,6 +114,11 @@ class TrainSpec:
     activation_checkpointing: bool = False
     lr: float = LR
     seed: int = 0
+    # Steady-step sampling (`metrics.sampler`): the first `warmup` timed steps are not samples;
+    # past the planned `steps`, steady steps go on until their median's 95% interval is within
+    # ±5% or `timing_s` seconds of steady steps have run (0: exactly the planned steps).
+    warmup: int = 0
+    timing_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, TRAIN_DTYPES)
@@ -121,6 +131,11 @@ class TrainSpec:
         if self.steps < 2:
             raise ConfigError(
                 f"steps must be >= 2 (a first step and a steady one), got {self.steps}"
+            )
+        if not 0 <= self.warmup <= self.steps - 2 or not 0 <= self.timing_s < math.inf:
+            raise ConfigError(
+                f"warmup must leave a steady step and timing_s be >= 0, got {self.warmup}, "
+                f"{self.timing_s}"
             )
         qwen3_config(self.model, **self.model_overrides)  # a bad size or field fails here
 
@@ -371,13 +386,30 @@ def _ops_step(step: Step, tokens: torch.Tensor, device: str) -> dict[str, Any]:
     return record
 
 
-def _reference_reading(device: str, dtype: str) -> float | None:
-    """One reading of the drift reference (`device.reference`), or None where it cannot be read: it
-    is evidence about the machine, never a reason for the training run to fail."""
+def _reference_reading(device: str, dtype: str) -> tuple[float | None, bool]:
+    """One reading of the drift reference (`device.reference`): (its FLOP/s, whether it was
+    unstable). FLOP/s None where it was unstable (its samples never agreed: no speed of the
+    machine) or cannot be read: it is evidence about the machine, never a reason for the
+    training run to fail."""
     try:
-        return reference_rate(device, dtype)
+        rate = read_reference(device, dtype).flops
     except Exception:  # noqa: BLE001 - an unreadable reference is an unknown drift
-        return None
+        return None, False
+    return rate, rate is None
+
+
+def steady_sampler(spec: TrainSpec, world: int, device: str) -> Sampler:
+    """The sampler of a process's steady steps: at least the planned ones (steps - 1 - warmup),
+    then more until their median is within ±5% or `spec.timing_s` of them has run; the ranks of
+    a data-parallel group take the same steps (`agree_over_ranks`: FSDP's collectives would
+    wait forever for a rank that stopped)."""
+    planned = spec.steps - 1 - spec.warmup
+    rule = Rule(
+        min_samples=planned,
+        extra_s=spec.timing_s,  # the planned steps run whatever it is: it bounds the extra ones
+        max_samples=Rule.max_samples if spec.timing_s else planned,
+    )
+    return Sampler(rule, agree=agree_over_ranks(device) if world > 1 else None)
 
 
 def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = None) -> dict:
@@ -403,17 +435,28 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         step, loss0, first_step_s, parts = first_step(model, spec, device, batch, world)
         # The drift reference, read after the first step (off its clock; step 1 is warm-up when
         # warmup >= 1) and after the last: the machine's speed around this process's steps.
-        reference = [_reference_reading(device, spec.dtype)]
-        for i in range(1, spec.steps):
-            tokens = batch(i)
+        readings = [_reference_reading(device, spec.dtype)]
+
+        def timed_step() -> float:
+            tokens = batch(len(step_times) + 1)
             timer.start()
             pending.append(step(tokens))
             step_boundary(device)  # a lazy backend (xla) compiles and runs the step here
             step_times.append(timer.stop())
-        reference.append(_reference_reading(device, spec.dtype))
-    losses = [loss0, *(x.item() for x in pending)]
+            return step_times[-1]
+
+        for _ in range(spec.warmup):
+            timed_step()
+        steady = steady_sampler(spec, world, device)
+        while k := steady.more():
+            for _ in range(k):
+                steady.add(timed_step())
+        readings.append(_reference_reading(device, spec.dtype))
+    # The planned steps' losses: what the eager and compiled curves compare, step by step.
+    all_losses = [loss0, *(x.item() for x in pending)]
+    losses = all_losses[: spec.steps]
     memory = memory_stats(device) or {}
-    ops = _ops_step(step, batch(spec.steps), device) if spec.compile == "none" else None
+    ops = _ops_step(step, batch(len(all_losses)), device) if spec.compile == "none" else None
     return {
         "ops": ops,
         "rank": rank,
@@ -422,8 +465,11 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         "first_step_s": first_step_s,
         "first_step_phases": parts,
         "step_times_s": step_times,
+        "sampling": steady.verdict().to_json(),
         "clock": timer.clock,
-        "reference_flops": reference,
+        "reference_flops": [rate for rate, _ in readings],
+        # Readings whose samples never agreed (their FLOP/s is None): the report says so.
+        "reference_unstable": sum(unstable for _, unstable in readings),
         "reference_workload": reference_workload(device, spec.dtype),
         "broken_ties": [list(g) for g in broken_ties],
         "ties_not_kept": ties_not_kept,
@@ -438,7 +484,7 @@ def train(spec: TrainSpec, rank: int = 0, world: int = 1, device: str | None = N
         "memory_source": memory.get("source"),
         # metrics this torch or backend cannot give, with the reason (never dropped silently)
         "memory_unavailable": memory.get("unavailable"),
-        "finite": all(math.isfinite(x) for x in losses),
+        "finite": all(math.isfinite(x) for x in all_losses),
         "compile": {**probe.report.to_json(), "phases": compile_phases(), "cache": cache_counts()},
     }
 

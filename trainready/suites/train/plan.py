@@ -5,7 +5,9 @@ A case is one training configuration: the preset's defaults for the device (a de
 CPU, 1.7B on accelerators; smoke: a few steps, cold only), overridden by `--set`, validated whole
 before the run starts; standard adds activation checkpointing, full whole-model compile and bf16
 parameters. `price_per_hour` (`--price-per-hour`, `--set price_per_hour=P`) measures nothing: it
-rides in the params, where the report reads it to price the ledger. `scenario_spec` turns a
+rides in the params, where the report reads it to price the ledger. `step_timing_s` (the steady
+steps' sampling budget per process, STEP_TIMING_S by default) rides in them only where given, so
+a run without it keeps the params and case ids it always had. `scenario_spec` turns a
 case, a mode and a scenario into the `TrainSpec` a fresh process trains.
 """
 
@@ -35,6 +37,19 @@ _ACCEL_DEFAULTS = {"model": "1.7B", "seq_len": 4096, "batch_size": 2, "steps": 3
 
 # smoke: the debug model on any device, the cold scenario only (a first look, not a measure).
 _SMOKE = {**_CPU_DEFAULTS, "steps": 4, "warmup": 1, "scenarios": ("cold",)}
+
+
+# Seconds of steady steps a training process may run past its planned ones for their median's
+# 95% interval to come within ±5% (`loop.steady_sampler`); `--set step_timing_s` overrides. The
+# quick CPU case's 8 processes add at most 4 s; an accelerator's slower steps get more.
+STEP_TIMING_S = {"cpu": 0.5, "accelerator": 5.0}
+
+
+def step_timing_s(p: dict[str, Any], device: str) -> float:
+    """A training process's steady-step sampling budget: the option, or STEP_TIMING_S."""
+    if "step_timing_s" in p:
+        return float(p["step_timing_s"])
+    return STEP_TIMING_S["cpu" if device_type(device) == "cpu" else "accelerator"]
 
 
 def _defaults(device: str, preset: str = "quick") -> dict[str, Any]:
@@ -103,6 +118,9 @@ def _base_params(cfg: RunConfig) -> dict[str, Any]:
     price = ledger.check_price(opts.get("price_per_hour"))
     if price is not None:
         params["price_per_hour"] = price
+    # Likewise kept out unless given: the default depends on the device (`step_timing_s`).
+    if "step_timing_s" in opts:
+        params["step_timing_s"] = _number(opts, "step_timing_s", float)
     _check(params, cfg.device)
     return params
 
@@ -180,4 +198,6 @@ def scenario_spec(p: dict[str, Any], device: str, mode: str, scenario: str) -> T
         compile_backend=p["compile_backend"],
         activation_checkpointing=p["ac"],
         lr=p["lr"],
+        warmup=p["warmup"],
+        timing_s=step_timing_s(p, device),
     )

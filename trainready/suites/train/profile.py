@@ -68,7 +68,8 @@ def run_profiled(
     work.mkdir(parents=True, exist_ok=True)
     started = work / PROFILE_STARTED
     extra = capture.extra_steps(PROFILE_STEPS, PROFILE_WARMUP)
-    longer = dataclasses.replace(spec, steps=spec.steps + extra)
+    # The profiler's schedule counts steps: the planned ones exactly, no adaptive extra ones.
+    longer = dataclasses.replace(spec, steps=spec.steps + extra, timing_s=0.0)
     plan = profile_plan(out_dir, spec, started, "/".join(scenario))
     s = run(longer, plan)
     if s.record is None and started.exists():

@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from trainready.metrics import ledger
+from trainready.metrics.sampler import (
+    SHRINK,
+    TARGET,
+    Rule,
+    budget_why,
+    estimate,
+    needed_count,
+    time_to_give,
+    value_and_interval,
+)
 from trainready.metrics.stats import (
     CONFIDENCE,
     MAX_DRIFT,
@@ -24,6 +35,7 @@ from trainready.metrics.stats import (
     median_interval,
     ratio_interval,
     spread_why,
+    unstable_why,
     widen,
 )
 from trainready.probes.numerics import accepted_losses
@@ -89,8 +101,8 @@ def case_drift(
     steady median of each SAME_WORK scenario in the order run), "process_moved" (the largest
     `stats.drift` of a mode's readings_s; None where no mode has two), "reference" (the drift
     reference read in the training processes: {"workload", "readings_flops", "calibration_flops",
-    "moved_in_case" (over its readings), "moved" (and the calibration's)}, None if no process read
-    it), "moved" (the largest of process_moved and the reference's moved: the first steps, one
+    "moved_in_case" (over its readings), "moved" (and the calibration's), "unstable" (readings
+    whose samples never agreed), "taken" (readings in all)}, None if no process read it), "moved" (the largest of process_moved and the reference's moved: the first steps, one
     sample each, may have run that much faster or slower)}."""
     readings = {
         mode: [by[n]["step_s"] for n in SAME_WORK if by.get(n)] for mode, by in summaries.items()
@@ -99,20 +111,22 @@ def case_drift(
     known = any(len(xs) > 1 for xs in readings.values())
     process_moved = max(moved, default=0.0) if known else None
     found = _reference(runs)
+    records = [s.record for ss in (runs or {}).values() for s in ss if s.record]
+    unstable = sum(int(r.get("reference_unstable") or 0) for r in records)
     reference = None
-    if found:
+    if found or unstable:
         calibration = (peak or {}).get("reference_flops")
         reference = {
             "workload": next(
-                s.record.get("reference_workload")
-                for ss in (runs or {}).values()
-                for s in ss
-                if s.record and s.record.get("reference_flops")
+                r.get("reference_workload") for r in records if r.get("reference_flops")
             ),
             "readings_flops": found,
             "calibration_flops": calibration,
             "moved_in_case": drift(found),
             "moved": drift(found + ([calibration] if calibration else [])),
+            # Readings whose samples never agreed: no speed, so not among readings_flops.
+            "unstable": unstable,
+            "taken": sum(len(r.get("reference_flops") or []) for r in records),
         }
     figures = [x for x in (process_moved, reference and reference["moved"]) if x is not None]
     return {
@@ -122,6 +136,41 @@ def case_drift(
         "reference": reference,
         "moved": max(figures) if figures else None,
     }
+
+
+def _with_option(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A process's steady-step verdict, naming `--set step_timing_s` where its budget ran out."""
+    if not sampling or sampling.get("concluded", True):
+        return sampling
+    return {**sampling, "option": f"--set step_timing_s={math.ceil(time_to_give(sampling))}"}
+
+
+def steps_short(by_scenario: dict[str, Any], found: list[str], half: float) -> str | None:
+    """Why the pooled steady steps settle nothing for their sampling: their median's interval
+    is wider than the sampler's target (`half`, relative) and some process's steady-step budget
+    ran out (`sampler.budget_why`: the time and the `--set step_timing_s` that would likely
+    conclude them). None when the pooled interval is tight enough or every process concluded."""
+    if half <= TARGET:
+        return None
+    return budget_why([by_scenario[n].get("sampling") for n in found], "processes' steady steps")
+
+
+def processes_needed(
+    medians: list[float], interval: list[float] | None, process_s: float
+) -> dict[str, Any] | None:
+    """Where the process is the unit sampled: how far the t interval over the processes'
+    medians is from ±5% of their level, and, when wider, about how many more processes (and
+    seconds of them, at `process_s` each) would likely bring it there (`sampler.needed_count`
+    at 1/sqrt(k)). None without an interval (fewer than two processes: no scatter measured)."""
+    if not interval or not medians:
+        return None
+    rule = Rule(kind="level", min_samples=2)
+    centre, _ = value_and_interval(medians, rule)
+    half = estimate(centre, interval)
+    if half <= rule.target:
+        return {"half_width": half, "concluded": True}
+    more = needed_count(len(medians), half, rule, SHRINK) - len(medians)
+    return {"half_width": half, "concluded": False, "more": more, "more_s": more * process_s}
 
 
 def steady(record: dict[str, Any], warmup: int) -> TimingStats:
@@ -155,6 +204,8 @@ def scenario_summary(s: Scenario, warmup: int) -> dict[str, Any] | None:
         "memory_source": r.get("memory_source"),
         "memory_unavailable": r.get("memory_unavailable"),
         "process_s": s.process_s,
+        # The sampler's verdict on this process's steady steps, with the option that gives more.
+        "sampling": _with_option(r.get("sampling")),
         "compile": _compile_summary(r.get("compile") or {}),
     }
 
@@ -213,6 +264,8 @@ class Scatter:
     moved: float | None = None
     moved_in_case: float | None = None
     where: str = "during the case"
+    unstable: int = 0  # drift readings in the training processes that never settled
+    taken: int = 0  # drift readings taken in all
 
     @classmethod
     def of(
@@ -239,14 +292,28 @@ class Scatter:
             " and since the peak's calibration" if ref.get("calibration_flops") else ""
         )
         apart = aparts[worst] if worst is not None else None
-        return cls(sd, df, apart, what, ref.get("moved"), ref.get("moved_in_case"), where)
+        return cls(
+            sd,
+            df,
+            apart,
+            what,
+            ref.get("moved"),
+            ref.get("moved_in_case"),
+            where,
+            int(ref.get("unstable") or 0),
+            int(ref.get("taken") or 0),
+        )
 
     def why(self) -> str | None:
         """Why the case's rates stand for no single figure: the machine moved more than
-        stats.MAX_DRIFT, or one mode's processes differ by more (a rerun's processes could land
-        anywhere in that range, in either mode: the scatter is the case's); None if neither."""
+        stats.MAX_DRIFT, or a drift reading never settled (the machine was not steady enough to
+        say how far it moved), or one mode's processes differ by more than MAX_DRIFT (a rerun's
+        processes could land anywhere in that range, in either mode: the scatter is the case's);
+        None if none of these."""
         if moved := drift_why(self.moved, self.where):
             return moved
+        if shaky := unstable_why(self.unstable, self.taken, " in the training processes"):
+            return shaky
         if self.apart is None or self.apart <= MAX_DRIFT:
             return None
         return (
@@ -288,6 +355,7 @@ def steady_rate(
     why = (
         spread_why(what, 0.0, stats.repeats)
         or scatter.why()
+        or steps_short(by_scenario, found, estimate(stats.median_s, noise))
         or spread_why(what, stats.spread, stats.repeats)
     )
     rate = {
@@ -304,6 +372,9 @@ def steady_rate(
         "tokens_per_s_interval": [k / hi, k / lo],
         "clock": stats.clock,
         "why": why or "",
+        "processes": processes_needed(
+            medians, processes, statistics.fmean(by_scenario[n]["process_s"] for n in found)
+        ),
     }
     if peak and peak.get("flops"):
         per_token = first["flops_per_token"] / first["world_size"] / peak["flops"]

@@ -63,7 +63,9 @@ seq_len (64 / 4096), batch_size (4 / 2, global), steps (8 / 30), warmup (2 / 5),
 (blocks | model), precision (autocast | bf16_params), ac (activation checkpointing, false),
 arch_change (activation | norm), shape_seq_len (seq_len // 2), lr, scenarios (a subset in the
 order above, cold included when any other is), price_per_hour (a device-hour's price, also
-`--price-per-hour`: measures nothing, the report prices the ledger with it). `--compile-backend`, `--nproc` and `--pg-backend`
+`--price-per-hour`: measures nothing, the report prices the ledger with it), step_timing_s (0.5 /
+5: seconds of steady steps a process may add past the planned ones for their median's 95%
+interval to come within ±5%, `plan.STEP_TIMING_S`). `--compile-backend`, `--nproc` and `--pg-backend`
 apply too. Presets: quick runs the configuration; standard adds the same with activation
 checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
 
@@ -139,6 +141,7 @@ OPTIONS = {
     "pg_backend": str,
     "profile": bool,
     "price_per_hour": float,
+    "step_timing_s": float,  # steady-step sampling budget per process (plan.STEP_TIMING_S)
 }
 
 # Relative per-step deviation allowed between the eager and the compiled loss curve. Kernels

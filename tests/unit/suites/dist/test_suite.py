@@ -188,6 +188,38 @@ def test_verdicts_from_rank_results() -> None:
     assert skipped.status == "skipped" and skipped.diagnostics["reason"] == "no check yet"
 
 
+def test_a_collective_takes_the_least_settled_ranks_sampling_and_its_headline_says_so() -> None:
+    from trainready.metrics.sampler import budget_why
+
+    coll = dist.collective_cases(RunConfig(["dist"]))[0]  # all_reduce_sum
+    settled = {"concluded": True, "half_width": 0.02, "samples": 5}
+    short = {
+        "concluded": False,
+        "half_width": 0.09,
+        "samples": 30,
+        "spent_s": 1.0,
+        "target": 0.05,
+        "needed_s": 2.0,
+        "option": "--set timing_s=3",
+    }
+    ranks = [_coll_rank(True, 1e-3), _coll_rank(True, 2e-3)]
+    for rank, record, concluded in ((ranks[0], settled, 1.0), (ranks[1], short, 0.0)):
+        rank["diagnostics"]["sampling"] = record
+        rank["metrics"].update(concluded=concluded, half_width=record["half_width"])
+    ranks[1]["metrics"]["needed_s"] = 2.0
+    out = dist.outcome_of(coll, _launch_result(per_rank=ranks), 60)
+    assert out.diagnostics["sampling"] == short  # a case concludes only when every rank did
+    assert (out.metrics["concluded"], out.metrics["half_width"], out.metrics["needed_s"]) == (
+        0.0,
+        0.09,
+        2.0,
+    )
+    assert budget_why([out.diagnostics["sampling"]]).endswith(
+        "about 2 s more would likely conclude it (--set timing_s=3)"
+    )
+    assert dist.least_settled([None, settled]) == settled and dist.least_settled([]) is None
+
+
 # -- the numerics rule where it decides -------------------------------------------------------------
 
 

@@ -4,6 +4,8 @@ parameter and giving the losses of one process."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -45,6 +47,8 @@ def test_synthetic_tokens_are_seeded_progressions_and_ranks_split_the_batch():
         ({"seq_len": 0}, "seq_len must be a positive integer"),
         ({"model": "gpt-17"}, "unknown Qwen3 size"),
         ({"model_overrides": {"mlp_activation": "swish9"}}, "unknown mlp_activation"),
+        ({"steps": 3, "warmup": 2}, "warmup must leave a steady step"),
+        ({"timing_s": -1.0}, "timing_s be >= 0"),
     ],
 )
 def test_spec_rejects_bad_input(kwargs, message):
@@ -73,6 +77,41 @@ def test_eager_run_in_process_measures_both_clocks():
     assert r["compile"]["graph_breaks"] == 0 and r["compile"]["recompiles"] == 0
     # The same seed trains the same way: the run is reproducible, step for step.
     assert train(spec)["losses"] == r["losses"]
+
+
+def test_steady_steps_go_on_past_the_planned_ones_only_within_their_budget(monkeypatch):
+    """The sampler decides the steady steps: with no budget exactly the planned ones; with one,
+    more until their median's interval concludes or the budget ends. Planted step times (a
+    noisy then a quiet stream) make it exact; the losses kept are the planned steps' alone."""
+    from trainready.suites.train import loop as training
+
+    plain = train(TrainSpec(seq_len=8, batch_size=2, steps=4, dtype="fp32", warmup=1))
+    assert len(plain["step_times_s"]) == 3 and plain["sampling"]["samples"] == 2
+    # One warm-up, then the steady steps: noisy, then quiet.
+    times = [iter([0.5, 1.0, 3.0, 0.2, 2.0] + [1.0] * 200)]
+
+    class Planted:
+        clock = "wall"
+
+        def __init__(self, device):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            return next(times[0])
+
+    monkeypatch.setattr(training, "Timer", Planted)
+    spec = TrainSpec(seq_len=8, batch_size=2, steps=4, dtype="fp32", warmup=1, timing_s=60.0)
+    r = train(spec)
+    v = r["sampling"]
+    assert v["concluded"] and v["samples"] > 2 and len(r["step_times_s"]) == v["samples"] + 1
+    assert len(r["losses"]) == 4 and r["finite"]
+    # A budget spent by the first steady step still runs every planned one.
+    times[0] = iter([0.5, 1.0, 30.0] + [10.0] * 10)
+    short = train(dataclasses.replace(spec, timing_s=1e-6))
+    assert len(short["step_times_s"]) == 3 and short["sampling"]["samples"] == 2
 
 
 def test_bf16_params_keep_fp32_master_weights_and_state():

@@ -24,7 +24,9 @@ JITTER = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01]  # 1% step noise: the bootst
 PEAK = {"flops": 1e9, "label": "vs measured peak", "source": "measured"}
 
 
-def train_record(first_s: float, step_s: float, reference: list[float] | None) -> dict:
+def train_record(
+    first_s: float, step_s: float, reference: list[float] | None, unstable: int = 0
+) -> dict:
     """One training process's record: steady steps at `step_s` with 1% jitter after a warm-up
     step, and the drift reference's readings where given (also tests/test_headline_stability)."""
     steps = [step_s * j for j in JITTER]
@@ -42,6 +44,7 @@ def train_record(first_s: float, step_s: float, reference: list[float] | None) -
     if reference is not None:
         record["reference_flops"] = reference
         record["reference_workload"] = "512³ bf16 matmul"
+        record["reference_unstable"] = unstable
     return record
 
 
@@ -50,6 +53,7 @@ def _case(
     reference: dict[str, list[float]] | None = None,
     calibration: float | None = None,
     compiled_x: float = 0.5,
+    unstable: dict[str, int] | None = None,
 ):
     """A case whose eager steady steps ran at `steps[scenario]` seconds (compiled at
     `compiled_x` of it), each scenario's processes reading the drift reference at
@@ -59,7 +63,9 @@ def _case(
             Scenario(
                 mode,
                 name,
-                train_record(first, scale * step, (reference or {}).get(name)),
+                train_record(
+                    first, scale * step, (reference or {}).get(name), (unstable or {}).get(name, 0)
+                ),
             )
             for name, step in steps.items()
         ]
@@ -176,6 +182,26 @@ def test_a_machine_that_slowed_within_a_process_shows_in_its_reference_reading()
     assert not far["rates"]["main"]["speedup"]["conclusive"]
 
 
+def test_an_unstable_drift_reading_is_said_never_used_as_the_machines_speed():
+    """A reading whose samples never agreed (`device/settle.py`) has no speed: the training
+    process records None and counts it; the case's rates read inconclusive saying so, and the
+    note names it, instead of taking the steady readings alone as the machine's drift."""
+    from trainready.core.case import Case, Result
+    from trainready.reporting.sections.train import drift_text
+
+    runs = {"cold": [1e11, None], "warm": [1e11, 1e11]}
+    d = _case({"cold": 0.1, "warm": 0.1}, runs, unstable={"cold": 1})
+    ref = d["drift_reference"]["reference"]
+    assert (ref["unstable"], ref["taken"], ref["readings_flops"]) == (2, 8, [1e11] * 6)
+    why = d["rates"]["main"]["compiled"]["why"]
+    assert why == (
+        "the drift reference was unstable in 2 of 8 readings in the training processes (their "
+        "samples never agreed: the machine was not steady)"
+    )
+    result = Result(Case("train", "c"), "pass", {}, d, "run", 0.0, 1.0)
+    assert "GFLOP/s in the training processes; unstable in 2 of 8 readings" in drift_text(result)
+
+
 def test_a_machine_slower_than_at_the_peaks_calibration_widens_rates_not_the_speedup():
     """Every reading of this case 20% below the one taken with the peak's calibration: the
     machine is not the one the peak (and the last run) saw. The rates and MFU widen by the move;
@@ -249,3 +275,30 @@ def test_a_machine_far_slower_than_at_calibration_leaves_the_speedup_a_number():
     moving = {"cold": [1e11] * 2, "warm": [1e11, 0.77e11]}
     d = _case({"cold": 0.13, "warm": 0.13}, moving, calibration=1e11)
     assert "moved 30% during the case (" in d["rates"]["main"]["speedup"]["why"]
+
+
+def test_steady_steps_short_of_the_target_say_how_much_more_time_would_do():
+    """Only when the pooled steps' interval is wider than ±5% and a process's budget ran out."""
+    from trainready.suites.train.rates import processes_needed, steps_short
+
+    short = {
+        "concluded": False,
+        "samples": 9,
+        "spent_s": 0.9,
+        "half_width": 0.2,
+        "target": 0.05,
+        "extra_s": 0.5,
+        "needed_s": 1.1,
+        "option": "--set step_timing_s=2",
+    }
+    by = {"cold": {"sampling": short}, "warm": {"sampling": {"concluded": True}}}
+    assert steps_short(by, ["cold", "warm"], 0.04) is None  # the pooled steps are tight enough
+    assert steps_short(by, ["cold", "warm"], 0.08) == (
+        "budget ran out in 1 of 2 processes' steady steps (a median's 95% interval not within "
+        "±5%); about 1.1 s more in all would likely conclude them (--set step_timing_s=2)"
+    )
+    # Processes as the unit: ±~24% over two processes 10% apart needs many more of them.
+    wide = processes_needed([0.1, 0.11], [0.08, 0.14], process_s=4.0)
+    assert not wide["concluded"] and wide["more"] > 10 and wide["more_s"] == 4.0 * wide["more"]
+    assert processes_needed([0.1, 0.1], [0.099, 0.101], 4.0)["concluded"]
+    assert processes_needed([0.1], None, 4.0) is None
