@@ -43,6 +43,13 @@ of `--repeat` runs, for both tools alike: on a shared machine the noise only eve
   `floor_speedup_*` is the median of HTA / the numpy floor: the best ratio any `analyze` could
   reach on that trace on that machine (under 10: 10x HTA is out of reach there), and
   `above_floor_*` our median time over the numpy floor (what trainready itself costs).
+  `floor_ratio_*` is the median of our time / the deps floor (python, numpy, msgspec, isal: the
+  interpreter plus the imports `analyze` needs). Whole processes run on every trace file in
+  `--traces`, largest first. Each trace's `target` (issue #39) says whether it is met: a trace
+  file over 1 MB (10**6 bytes) wants `analyze` at least 10x HTA by wall (`speedup_wall`), a
+  smaller one at most 1.2x the deps floor by wall (`floor_ratio_wall`); one line at the end
+  sums them up (`targets` in the JSON). The `--ranks` directory is not a shared trace: timed,
+  not judged.
   `--only SUBSTR` (repeatable) keeps the traces whose name contains one of them. `--ranks N`
   (default 4) adds a directory of N copies of the first trace, each file's distributedInfo
   saying its rank (`ranked_copies`), as a multi-rank job writes them: `analyze DIR` against
@@ -255,6 +262,12 @@ def _whole(
             if ratios:
                 row[f"{prefix}speedup_{unit}"] = statistics.median(ratios)
                 row[f"{prefix}speedup_{unit}_range"] = [min(ratios), max(ratios)]
+    rounds = zip(runs["trainready"], runs["floor_deps"], strict=False)
+    pairs = [(o, f) for o, f in rounds if "error" not in o and "error" not in f]
+    for unit in ("wall", "cpu"):
+        if pairs:  # our time over the interpreter and the imports analyze needs, per round
+            row[f"floor_ratio_{unit}"] = statistics.median(o[f"{unit}_s"] / f[f"{unit}_s"]
+                                                           for o, f in pairs)  # fmt: skip
     rounds = zip(runs["trainready"], runs["floor_numpy"], strict=False)
     pairs = [(o, f) for o, f in rounds if "error" not in o and "error" not in f]
     for unit in ("wall", "cpu"):
@@ -263,6 +276,55 @@ def _whole(
                 o[f"{unit}_s"] - f[f"{unit}_s"] for o, f in pairs
             )
     return row
+
+
+# Issue #39's targets for a whole `analyze`: a trace file over BIG_FILE_BYTES at least
+# HTA_TARGET x HTA by wall; a smaller one at most FLOOR_TARGET x the deps floor by wall.
+BIG_FILE_BYTES = 10**6
+HTA_TARGET = 10.0
+FLOOR_TARGET = 1.2
+
+
+def target(file_bytes: int, row: dict[str, Any]) -> dict[str, Any]:
+    """Whether one trace's whole-process `row` (`_whole`) meets its target: `what` names it,
+    `value` is the measured median (None when a side failed: then not met)."""
+    if file_bytes > BIG_FILE_BYTES:
+        what, value, goal = "speedup_wall", row.get("speedup_wall"), HTA_TARGET
+        met = value is not None and value >= goal
+    else:
+        what, value, goal = "floor_ratio_wall", row.get("floor_ratio_wall"), FLOOR_TARGET
+        met = value is not None and value <= goal
+    return {"what": what, "goal": goal, "value": value, "met": met}
+
+
+def targets_line(targets: dict[str, dict[str, Any]]) -> str:
+    """One line over every judged trace (name -> `target`): how many met each target, and the
+    worst reading of each."""
+    parts = []
+    for what, goal, worst in (("speedup_wall", HTA_TARGET, min),
+                              ("floor_ratio_wall", FLOOR_TARGET, max)):  # fmt: skip
+        judged = {n: t for n, t in targets.items() if t["what"] == what}
+        if not judged:
+            continue
+        met = sum(t["met"] for t in judged.values())
+        read = {n: t["value"] for n, t in judged.items() if t["value"] is not None}
+        text = f"{met}/{len(judged)} {_label(what, goal)}"
+        if read:
+            name = worst(read, key=read.__getitem__)
+            text += f" (worst {read[name]:.2f}x, {name[:40]})"
+        parts.append(text)
+    total = sum(t["met"] for t in targets.values())
+    verdict = "all met" if total == len(targets) else f"{len(targets) - total} not met"
+    return f"targets (issue #39): {'; '.join(parts) or 'none judged'}: {verdict}"
+
+
+def whole_paths(traces: Path, only: list[str] | None) -> list[Path]:
+    """The trace files of the whole-process rounds: every .json / .json.gz in `traces`, largest
+    first; with `only`, those whose name contains one of its substrings."""
+    paths = [p for p in traces.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))]
+    if only:
+        paths = [p for p in paths if any(o in p.name for o in only)]
+    return sorted(paths, key=lambda p: (-p.stat().st_size, p.name))
 
 
 def _bytecode_env(prefix: str) -> dict[str, str]:
@@ -379,17 +441,20 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
     results["whole_process"] = {}
     with tempfile.TemporaryDirectory() as prefix:
         env = _bytecode_env(prefix)
-        paths = [args.traces / n for n in BIG if (args.traces / n).is_file()]
-        if args.only:
-            paths = [p for p in paths if any(o in p.name for o in args.only)]
+        paths = whole_paths(args.traces, args.only)
         names = [p.name for p in paths]
-        if paths and args.ranks > 1:
-            paths.append(ranked_copies(paths[0], args.ranks, Path(prefix) / "ranks"))
-            names.append(f"{args.ranks} ranks of {paths[0].name}")
+        judged = dict(zip(names, (p.stat().st_size for p in paths), strict=True))
+        first = next((args.traces / n for n in BIG if args.traces / n in paths), None)
+        if first is not None and args.ranks > 1:  # the first of BIG, as before
+            paths.append(ranked_copies(first, args.ranks, Path(prefix) / "ranks"))
+            names.append(f"{args.ranks} ranks of {first.name}")
         if paths:
             _whole(paths[-1], 1, env, args.baseline)  # unmeasured: writes every tool's bytecode
         for path, name in zip(paths, names, strict=True):
             row = _whole(path, args.whole_repeat, env, args.baseline)
+            if name in judged:
+                row["file_bytes"] = judged[name]
+                row["target"] = target(judged[name], row)
             results["whole_process"][name] = row
             nan = float("nan")
             lo, hi = row.get("speedup_wall_range", [nan, nan])
@@ -413,9 +478,24 @@ def _whole_processes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 f"HTA / numpy floor {reach:.1f}x by wall, "
                 f"{row.get('floor_speedup_cpu', nan):.1f}x by CPU "
                 f"({'10x reachable' if reach >= 10 else '10x out of reach'}); trainready "
-                f"{row.get('above_floor_wall_s', nan):.2f} s wall over the numpy floor",  # fmt: skip
+                f"{row.get('above_floor_wall_s', nan):.2f} s wall over the numpy floor; "
+                f"{row.get('floor_ratio_wall', nan):.2f}x the deps floor"
+                + (_target_text(row["target"]) if "target" in row else "; not judged"),  # fmt: skip
                 flush=True,
             )
+        judged_rows = results["whole_process"].items()
+        results["targets"] = {n: r["target"] for n, r in judged_rows if "target" in r}
+        if results["targets"]:
+            print(targets_line(results["targets"]), flush=True)
+
+
+def _target_text(t: dict[str, Any]) -> str:
+    """'; target >= 10x HTA: met' and the like, for one trace's line."""
+    return f"; target {_label(t['what'], t['goal'])}: {'met' if t['met'] else 'NOT met'}"
+
+
+def _label(what: str, goal: float) -> str:
+    return f">= {goal:g}x HTA" if what == "speedup_wall" else f"<= {goal:g}x the floor"
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ Entries are written to a temporary name and renamed into place, and the director
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -26,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:  # CPython's own SHA-256: importing hashlib loads OpenSSL (2 ms of a small trace's analyze)
+    from _sha256 import sha256  # Python <= 3.11
+except ImportError:  # pragma: no cover - depends on the Python
+    try:
+        from _sha2 import sha256  # Python >= 3.12
+    except ImportError:
+        from hashlib import sha256
 
 from trainready.profile.trace import (
     DEFAULT_MAX_BYTES,
@@ -69,7 +76,7 @@ class TraceCache:
     def entry(self, path: Path) -> Path:
         st = path.stat()
         key = f"{FORMAT}\0{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}"
-        return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
+        return self.directory / (sha256(key.encode()).hexdigest()[:32] + ".npz")
 
     def load(
         self,

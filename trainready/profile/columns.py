@@ -298,12 +298,15 @@ def _check_depth(depth: int) -> None:
 
 # -- exact times -----------------------------------------------------------------------------------
 _MAX_WHOLE = (2**63 - 1) // 1000 - 1  # whole microseconds that still fit int64 as ns
-# numpy >= 2 string ufuncs (C loops); without them times are converted one by one in Python.
-_STRINGS = getattr(np, "strings", None)
-if _STRINGS is not None and not all(
-    hasattr(_STRINGS, f) for f in ("partition", "isdigit", "str_len", "ljust", "startswith")
-):
-    _STRINGS = None
+_STRING_UFUNCS = ("partition", "isdigit", "str_len", "ljust", "startswith")
+
+
+def _string_ufuncs() -> Any:
+    """numpy >= 2's string ufuncs (C loops), or None: then times are converted one by one in
+    Python. Looked up on first use: `np.strings` is a lazy import that the common times never
+    need (0.4 ms of every analyze)."""
+    strings = getattr(np, "strings", None)
+    return strings if all(hasattr(strings, f) for f in _STRING_UFUNCS) else None
 
 
 _P10 = 10 ** np.arange(19, dtype=np.int64)
@@ -365,21 +368,28 @@ def _ns_plain(raw: list[Any] | tuple[Any, ...]) -> np.ndarray:
     return us * 1000 + (frac4 + 5) // 10
 
 
+_FEW_TIMES = 32  # fewer than this are converted one by one: quicker than numpy's string calls
+
+
 def _ns_strings(raw: list[Any]) -> np.ndarray:
-    """Signed decimals through numpy's string functions; anything odder one by one."""
+    """Signed decimals through numpy's string functions; a few (a trace's instants, whose times
+    Kineto writes as quoted text) or anything odder one by one, to the same values."""
+    if len(raw) < _FEW_TIMES:
+        return _ns_each(raw)
     try:
-        if _STRINGS is None:
+        strings = _string_ufuncs()
+        if strings is None:
             raise ValueError("numpy without string ufuncs")
         text = np.array(raw, dtype="S")  # decimal text, as the decoder kept it
-        whole, _, frac = _STRINGS.partition(text, b".")
-        if text.ndim != 1 or not (_STRINGS.isdigit(frac) | (_STRINGS.str_len(frac) == 0)).all():
+        whole, _, frac = strings.partition(text, b".")
+        if text.ndim != 1 or not (strings.isdigit(frac) | (strings.str_len(frac) == 0)).all():
             raise ValueError("not plain decimals")  # e.g. an exponent
         us = whole.astype(np.int64)
         if np.abs(us).max() > _MAX_WHOLE:
             raise ValueError("out of range")
-        frac4 = _STRINGS.ljust(frac.astype("S4"), 4, b"0").astype(np.int64)  # 4 decimals
+        frac4 = strings.ljust(frac.astype("S4"), 4, b"0").astype(np.int64)  # 4 decimals
         ns = np.abs(us) * 1000 + (frac4 + 5) // 10
-        return np.where(_STRINGS.startswith(whole, b"-"), -ns, ns)
+        return np.where(strings.startswith(whole, b"-"), -ns, ns)
     except (ValueError, TypeError, UnicodeEncodeError, OverflowError):
         return _ns_each(raw)  # rare: exponents, odd values; raises for what is not a time
 

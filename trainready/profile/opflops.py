@@ -353,7 +353,7 @@ def peak_flops(
     """
     if given is not None:
         return given, f"vs given peak {given / 1e12:.1f} TFLOP/s"
-    name = trace.device_name(0)
+    name = trace.memo("device_name", lambda: trace.device_name(0) or "")  # once per trace
     if not name:
         return None, "device name not recorded in the trace: no peak"
     kind = _match_kind(name)

@@ -30,12 +30,14 @@ def summaries(
     trim_last_step: bool = True,
     peak_flops: float | None = None,
     workers: int | None = None,
+    rows: bool = True,
 ) -> list[dict[str, Any]]:
     """One summary per trace file at `path` (a file or a directory), sorted by rank.
 
-    `workers`: processes at most (None: the usable cores; 1: all in this process)."""
+    `workers`: processes at most (None: the usable cores; 1: all in this process); `rows`:
+    as `summary.summary`'s."""
     files = trace_files(path)
-    args = [(f, trim_last_step, peak_flops) for f in files]
+    args = [(f, trim_last_step, peak_flops, rows) for f in files]
     n = _workers(len(files), workers) if len(files) > 1 else 1
     if n > 1 and _can_fork():
         import multiprocessing  # (here: one file never pays for importing the pool)
@@ -60,8 +62,10 @@ def summaries(
     return sorted(out, key=lambda s: s["rank"])
 
 
-def _summary(path: Path, trim_last_step: bool, peak_flops: float | None) -> dict[str, Any]:
-    return summary(load_cached(path), trim_last_step=trim_last_step, peak_flops=peak_flops)
+def _summary(
+    path: Path, trim_last_step: bool, peak_flops: float | None, rows: bool
+) -> dict[str, Any]:
+    return summary(load_cached(path), trim_last_step, peak_flops, rows)
 
 
 def _workers(files: int, workers: int | None) -> int:

@@ -17,12 +17,15 @@ from trainready.profile.trace import DEVICE_KINDS, Trace
 
 
 def summary(
-    trace: Trace, trim_last_step: bool = True, peak_flops: float | None = None
+    trace: Trace, trim_last_step: bool = True, peak_flops: float | None = None, rows: bool = True
 ) -> dict[str, Any]:
-    """Every analysis of one rank, as one JSON-ready dict (`peak_flops`: see opflops)."""
+    """Every analysis of one rank, as one JSON-ready dict (`peak_flops`: see opflops).
+
+    `rows=False` leaves out "rows" (`analysis.hardware_rows`: a timeline's rows, which the
+    printed `analyze` does not show; up to 2 % of a whole `analyze`)."""
     win = A.window(trace, trim_last_step)
     edges = dependencies(trace)
-    return {
+    out = {
         "path": trace.path,
         "rank": trace.rank,
         "device": trace.device_name(),
@@ -35,7 +38,7 @@ def summary(
             "trimmed_last_step": win.trimmed_last_step,
             "rows": int(win.keep.sum()),
         },
-        "rows": A.hardware_rows(trace),
+        "rows": A.hardware_rows(trace) if rows else None,
         "temporal": A.temporal_breakdown(trace, win),
         "kernel_types": A.kernel_type_breakdown(trace, win),
         "idle_time": A.idle_time_breakdown(trace, win),
@@ -48,3 +51,6 @@ def summary(
         "memory": memory_summary(trace),
         "source": time_by_line(trace),
     }
+    if not rows:
+        del out["rows"]
+    return out

@@ -160,3 +160,12 @@ def test_the_benchmarks_rank_copies_read_as_a_multi_rank_job(tmp_path):
     assert [s["rank"] for s in got] == [0, 1, 2]
     one = summary(load(source)[0])
     assert all({**s, "path": None, "rank": 0} == {**one, "path": None} for s in got)
+
+
+def test_without_rows_the_summaries_are_the_same_less_the_timeline_rows():
+    """`rows=False` (the printed analyze) leaves out the timeline's rows and nothing else."""
+    path = DATA / REAL[0]
+    full = per_rank.summaries(path)
+    assert full[0]["rows"]
+    less = per_rank.summaries(path, rows=False)
+    assert less == [{k: v for k, v in s.items() if k != "rows"} for s in full]

@@ -73,3 +73,45 @@ def test_the_traces_of_a_directory_are_a_blank_line_apart(tmp_path, capsys, monk
     lines = capsys.readouterr().out.splitlines()
     heads = [i for i, line in enumerate(lines) if line.endswith("last profiler step left out")]
     assert len(heads) == 2 and heads[0] == 0 and lines[heads[1] - 1] == ""
+
+
+@pytest.mark.parametrize("fails", [False, True])
+@pytest.mark.parametrize("was_on", [True, False])
+def test_the_quick_path_runs_without_the_cyclic_gc_and_restores_it(monkeypatch, fails, was_on):
+    """`quick_main` turns the cyclic collector off while it runs (a whole analyze makes few
+    cycles; its passes cost time) and leaves it as it found it, on success or error."""
+    import gc
+
+    seen = []
+
+    def run(trace, **kwargs):
+        seen.append(gc.isenabled())
+        if fails:
+            raise OSError(2, "gone", str(trace))
+
+    monkeypatch.setattr(text, "run", run)
+    monkeypatch.setattr("trainready.cli.common.print_error", lambda message: None)
+    before = gc.isenabled()
+    (gc.enable if was_on else gc.disable)()
+    try:
+        code = text.quick_main(["analyze", str(SMALL)])
+        after = gc.isenabled()
+    finally:
+        (gc.enable if before else gc.disable)()
+    assert seen == [False]
+    assert code == (1 if fails else 0)
+    assert after is was_on
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_timeline_rows_are_computed_only_for_json(monkeypatch, capsys, as_json):
+    """The text does not print the timeline's rows: only --json asks for them."""
+    asked = []
+
+    def summaries(trace, **kwargs):
+        asked.append(kwargs["rows"])
+        return []
+
+    monkeypatch.setattr("trainready.profile.per_rank.summaries", summaries)
+    text.run(SMALL, as_json=as_json)
+    assert asked == [as_json]
