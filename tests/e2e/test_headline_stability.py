@@ -15,7 +15,6 @@ the rule flags a move the intervals do not cover, and accepts one the run could 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from tests.support.clirun import cli
 from tests.unit.suites.train.test_rates import train_record
 from trainready.core.case import Case, Result
 from trainready.core.store import Store
-from trainready.reporting.sections.matmul import mfu_at_m, run_drift
+from trainready.reporting.sections.matmul import run_drift
+from trainready.reporting.stability import disagreements, estimates
 from trainready.suites.train.suite import Scenario, judge
 
 # Tiny but real: the smoke matmul cases (three GEMMs at M=128); the debug model trained cold
@@ -37,44 +37,6 @@ RUN = (
     "--set", "steps=8", "--set", "warmup=1", "--set", "scenarios=cold,warm",
 )  # fmt: skip
 INCONCLUSIVE = "inconclusive"
-
-
-# --- the rule ---------------------------------------------------------------------------------
-
-
-def estimates(results: list[Result]) -> dict[str, tuple[bool, list[float]]]:
-    """{headline label: (conclusive, interval)} of a run's timing headlines, from what the suites
-    stored, as the report reads it."""
-    found = {}
-    matmul = [r for r in results if r.case.suite == "matmul"]
-    machine = run_drift(matmul)
-    passed = [r for r in matmul if r.status == "pass" and "mfu" in r.metrics]
-    for m in sorted({r.case.params["M"] for r in passed}):
-        e = mfu_at_m([r for r in passed if r.case.params["M"] == m], machine)
-        found[f"matmul MFU at M={m}"] = (not e.why, e.interval)
-    for train in (r for r in results if r.case.suite == "train" and "rates" in r.diagnostics):
-        rates = train.diagnostics["rates"]["main"]
-        sp = rates["speedup"]
-        found["compiled steady speedup"] = (sp["conclusive"], sp["interval"])
-        compiled = rates["compiled"]
-        found["compiled tokens/s"] = (not compiled["why"], compiled["tokens_per_s_interval"])
-        cold = train.diagnostics["ledger"]["cold"]
-        never = [math.inf if n is None else n for n in cold["break_even_range"]]
-        found["break-even step (cold)"] = (cold["conclusive"], never)
-    return found
-
-
-def disagreements(
-    first: dict[str, tuple[bool, list[float]]], second: dict[str, tuple[bool, list[float]]]
-) -> list[str]:
-    """The headlines two runs state conclusively with intervals that share no value: one of
-    them claims more than it measured."""
-    found = []
-    for label in sorted(first.keys() & second.keys()):
-        (ok1, a), (ok2, b) = first[label], second[label]
-        if ok1 and ok2 and not (a[0] <= b[1] and b[0] <= a[1]):
-            found.append(f"{label}: {a} in one run, {b} in the other")
-    return found
 
 
 # --- planted runs: the rule flags what it must and accepts what it may ---------------------------
@@ -125,17 +87,17 @@ def test_a_move_the_drift_reference_shows_is_inconclusive_or_widened_and_accepte
     # inconclusive, and a rerun disagreeing with it is no contradiction.
     slowing = [[100e9, 100e9], [100e9, 77e9], [77e9, 77e9]]
     moved = estimates(_matmul_run(0.7, slowing))
-    assert moved["matmul MFU at M=128"][0] is False
+    assert moved["matmul MFU at M=128"].conclusive is False
     assert not disagreements(fast, moved)
     # 20% shown: within stats.MAX_DRIFT, so a number, its interval widened to cover the move.
     slowing = [[100e9, 100e9], [100e9, 83e9], [83e9, 83e9]]
     widened = estimates(_matmul_run(0.8, slowing))
-    assert widened["matmul MFU at M=128"][0] is True
+    assert widened["matmul MFU at M=128"].conclusive is True
     assert not disagreements(fast, widened)
     # The same 20% seen only against the peak's calibration (every MFU is a share of that peak):
     # still the machine's move, still covered.
     since = estimates(_matmul_run(0.8, [[83e9, 83e9]] * 3, calibration=100e9))
-    assert since["matmul MFU at M=128"][0] is True and not disagreements(fast, since)
+    assert since["matmul MFU at M=128"].conclusive and not disagreements(fast, since)
 
 
 def _train_run(
@@ -166,7 +128,7 @@ def _train_run(
 
 def test_train_rates_that_moved_unseen_are_flagged_and_a_shown_move_accepted():
     steady = estimates([_train_run(0.1, 0.1)])
-    assert steady["compiled tokens/s"][0] and steady["compiled steady speedup"][0]
+    assert steady["compiled tokens/s"].conclusive and steady["compiled steady speedup"].conclusive
     # 30% slower throughout, the processes agreeing and the reference holding still with the
     # calibration: no run could see it.
     problems = disagreements(steady, estimates([_train_run(0.13, 0.13)]))
@@ -175,21 +137,21 @@ def test_train_rates_that_moved_unseen_are_flagged_and_a_shown_move_accepted():
     assert [p.split(":")[0] for p in problems] == ["break-even step (cold)", "compiled tokens/s"]
     # Cold's and warm's processes 30% apart: a rerun's could land anywhere; inconclusive.
     moved = estimates([_train_run(0.1, 0.13)])
-    assert not moved["compiled tokens/s"][0] and not disagreements(steady, moved)
+    assert not moved["compiled tokens/s"].conclusive and not disagreements(steady, moved)
     # 15% apart: the interval over processes spans where a rerun's land; still a number, and the
     # intervals of the two runs meet.
     widened = estimates([_train_run(0.1, 0.115)])
-    assert widened["compiled tokens/s"][0] and not disagreements(steady, widened)
+    assert widened["compiled tokens/s"].conclusive and not disagreements(steady, widened)
     # The machine 20% slower than at the peak's calibration, both processes alike: the drift
     # reference read in them shows it; widened and accepted. 30%: inconclusive.
     slower = ([83e9, 83e9], [83e9, 83e9])
     shown = estimates([_train_run(0.12, 0.12, slower)])
-    assert shown["compiled tokens/s"][0] and not disagreements(steady, shown)
+    assert shown["compiled tokens/s"].conclusive and not disagreements(steady, shown)
     far = estimates([_train_run(0.13, 0.13, ([77e9, 77e9], [77e9, 77e9]))])
-    assert not far["compiled tokens/s"][0] and not disagreements(steady, far)
+    assert not far["compiled tokens/s"].conclusive and not disagreements(steady, far)
     # The machine slowing 20% within warm's processes: shown by their second reading.
     within = estimates([_train_run(0.1, 0.1, ([100e9, 100e9], [100e9, 83e9]))])
-    assert within["compiled tokens/s"][0]
+    assert within["compiled tokens/s"].conclusive
     assert not disagreements(within, estimates([_train_run(0.12, 0.12, slower)]))
 
 
@@ -218,7 +180,7 @@ def test_every_headline_holds_up_on_a_second_run_or_says_why_not(tmp_path):
         # the timing ones name the machine's drift.
         for label, h in heads.items():
             if label in estimated:
-                conclusive, _ = estimated[label]
+                conclusive = estimated[label].conclusive
                 assert (h["value"] == INCONCLUSIVE) is not conclusive, h
                 assert h["note"], h
             elif "first step" in label:
@@ -229,7 +191,10 @@ def test_every_headline_holds_up_on_a_second_run_or_says_why_not(tmp_path):
         assert "median matmul MFU" not in heads
     for i, ((_, results), estimated) in enumerate(zip(runs, found, strict=True), 1):
         # Shown with -s, and with a failure: each headline and the drift each run saw.
-        print(f"run {i}:", {k: (ok, [round(x, 4) for x in v]) for k, (ok, v) in estimated.items()})
+        print(
+            f"run {i}:",
+            {k: (e.conclusive, [round(x, 4) for x in e.interval]) for k, e in estimated.items()},
+        )
         matmul = run_drift([r for r in results if r.case.suite == "matmul"])
         train = [r.diagnostics.get("drift_reference") for r in results if r.case.suite == "train"]
         print(f"  drift: matmul {matmul.moved}, train {[t and t['moved'] for t in train]}")

@@ -177,17 +177,22 @@ class Sampler:
         clock: Callable[[], float] | None = None,
         started: float | None = None,
         agree: Callable[[int], int] | None = None,
+        prior: Sequence[float] = (),
     ) -> None:
         # time.perf_counter looked up per call, not bound here: tests plant a clock through it.
         self.clock = clock if clock is not None else (lambda: time.perf_counter())
         self.rule, self.agree = rule, agree
         self.began = self.clock()  # the samples' own time starts here: it prices a sample
         self.started = self.began if started is None else started  # the budget's starts here
-        self.samples: list[float] = []
+        # `prior`: samples taken before sampling began (a train case's planned processes). They
+        # count in the interval, not in a sample's price, which the ones taken here set.
+        self.samples: list[float] = [float(x) for x in prior]
+        self._unpriced = len(self.samples)
         self.checks: list[tuple[int, float]] = []  # (n, relative half-width) at each check
         self._next = rule.min_samples
         self._last_at = self.began
-        self._min_at: float | None = None  # when the minimum was reached
+        # When the minimum was reached (with enough prior samples: when sampling began).
+        self._min_at: float | None = self.began if self._unpriced >= rule.min_samples else None
         self._concluded = False
         self._stopped = ""
 
@@ -217,7 +222,8 @@ class Sampler:
         if not lefts:
             return ALL
         left, spent = min(lefts), self._last_at - self.began
-        per = spent / len(self.samples) if spent > 0 else 0.0
+        priced = len(self.samples) - self._unpriced
+        per = spent / priced if spent > 0 and priced > 0 else 0.0
         if left <= 0:
             return 0
         return ALL if per <= 0 else int(left // per)
@@ -227,7 +233,8 @@ class Sampler:
         n, rule = len(self.samples), self.rule
         local_done = n >= rule.min_samples and self._check()
         # The first sample is always taken: it prices the rest.
-        want = 1 if n == 0 else max(0, min(self._next - n, rule.max_samples - n, self._fits()))
+        first = n == self._unpriced
+        want = 1 if first else max(0, min(self._next - n, rule.max_samples - n, self._fits()))
         proposal = ALL if local_done else want
         agreed = self.agree(proposal) if self.agree is not None else proposal
         if agreed >= ALL:
@@ -256,10 +263,11 @@ class Sampler:
         )
         spent = self._last_at - self.began
         needed_s = needed = b = None
+        priced = n - self._unpriced
         if not concluded:
             b = shrink_rate(self.checks)
             needed = needed_count(n, half, rule, b) - n
-            needed_s = needed * spent / n
+            needed_s = needed * spent / priced if priced else None
         return Verdict(
             samples=n,
             value=value,

@@ -120,6 +120,41 @@ def drift(speeds: Sequence[float]) -> float | None:
     return max(xs) / min(xs) - 1
 
 
+# Two readings of one reference agree within this (the settle rule's tolerance,
+# `device/settle.py`): a reading further from both its neighbours, which agree, is a transient.
+NEIGHBOUR_TOLERANCE = 0.10
+
+
+def transients(speeds: Sequence[float], tolerance: float = NEIGHBOUR_TOLERANCE) -> list[int]:
+    """The readings (indices, in the order taken) that disagree with both their neighbours
+    (more than `tolerance` apart, either way) while those neighbours agree with each other: a
+    burst of speed or a busy neighbour caught by one reading, which the readings before and
+    after it do not show. The machine's drift is computed without them (issue #39: re-measure a
+    reading that disagrees with its neighbours, never take it as the host's drift; between
+    cases, the neighbours are the re-measurement). A move that lasts (two readings or more on
+    the new level) is no transient, and neither the first nor the last reading is judged (one
+    neighbour only)."""
+
+    def apart(a: float, b: float) -> bool:
+        return max(a, b) / min(a, b) - 1 > tolerance
+
+    xs = [float(x) for x in speeds]
+    return [
+        i
+        for i in range(1, len(xs) - 1)
+        if min(xs[i - 1 : i + 2]) > 0
+        and apart(xs[i], xs[i - 1])
+        and apart(xs[i], xs[i + 1])
+        and not apart(xs[i - 1], xs[i + 1])
+    ]
+
+
+def without_transients(speeds: Sequence[float]) -> tuple[list[float], int]:
+    """The readings with `transients` set aside, and how many were."""
+    gone = set(transients(speeds))
+    return [x for i, x in enumerate(speeds) if i not in gone], len(gone)
+
+
 def widen(interval: Sequence[float], moved: float | None) -> list[float]:
     """`interval` (of a time, a rate or a ratio: any positive quantity) stretched by the drift
     each way: [lo / (1 + moved), hi * (1 + moved)]; as it was when the drift is unknown."""
@@ -137,11 +172,19 @@ def drift_why(moved: float | None, where: str) -> str | None:
     return f"the machine's speed moved {moved:.0%} {where} (drift reference; over {MAX_DRIFT:.0%})"
 
 
+# The share of drift readings that may fail to settle before a headline is inconclusive: one
+# unsteady moment among many readings (1 of 88 in a quiet quick run, 2026-12-06) says nothing of
+# the run's drift, which the settled readings around it measure; a machine unsteady more often
+# than this is not steady enough to time on.
+MAX_UNSTABLE = 0.10
+
+
 def unstable_why(unstable: int, taken: int, where: str = "") -> str | None:
     """Why a timing headline is inconclusive when drift readings never settled: their samples
     never agreed (`device/settle.py`), so the machine was not steady enough then to say how
-    fast it ran, let alone how far its speed moved. None when every reading agreed."""
-    if not unstable:
+    fast it ran, let alone how far its speed moved. None when none did, or no more than
+    MAX_UNSTABLE of the readings taken (the note still counts them)."""
+    if not unstable or unstable <= MAX_UNSTABLE * (taken or unstable):
         return None
     return (
         f"the drift reference was unstable in {unstable} of {taken or unstable} readings{where} "

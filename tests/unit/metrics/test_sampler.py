@@ -198,3 +198,25 @@ def test_order_interval_covers_the_median_as_often_as_it_claims():
         hits += lo <= math.log(2) <= hi  # the exponential's true median
     assert hits / trials >= 0.93
     assert order_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few: the whole range
+
+
+def test_prior_samples_count_in_the_interval_but_not_in_the_price():
+    # Two processes already run (the planned ones), 5 s each before sampling began; each new one
+    # costs 1 s. The interval counts all; a sample's price is the new ones' alone.
+    stream = Stream(0.3, cost=1.0, seed=4)
+    s = Sampler(
+        Rule(kind="level", min_samples=2, extra_s=3.5), clock=stream.clock, prior=[1.0, 1.3]
+    )
+    assert s.more() == 1  # the first new sample is always taken: it prices the others
+    s.add(stream.take())
+    taken = 1
+    while k := s.more():
+        for _ in range(k):
+            s.add(stream.take())
+            taken += 1
+    v = s.verdict()
+    assert taken == 3 and v.samples == 5  # 3.5 s at 1 s each: three past the prior two
+    assert not v.concluded and v.needed_s == pytest.approx(v.needed_samples * 1.0)
+    # Enough agreeing prior samples conclude at once, taking none.
+    quiet = Sampler(Rule(kind="level", min_samples=2, extra_s=3.5), prior=[1.0, 1.001, 1.002])
+    assert quiet.more() == 0 and quiet.verdict().concluded

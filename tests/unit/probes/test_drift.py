@@ -147,3 +147,46 @@ def test_the_report_says_unstable_not_a_drift_number():
     why = mfu_at_m(shaky, machine).why
     assert "unstable in 1 of 6 readings" in why and "moved" not in why
     assert "unstable in 1 of 6 readings" in drift_text(machine)
+
+
+def test_a_reading_both_neighbours_contradict_is_a_transient_not_the_drift():
+    """The quiet quick run of 2026-12-06: 87 readings at 702-808 GFLOP/s and one of 1071 (three
+    samples of a 60 ms burst agreed), between neighbours of 722 and 721: the machine did not
+    move 53% over the run. A move that lasts, a slow reading (a busy neighbour) and a burst at
+    either end are told apart."""
+    from trainready.metrics.stats import transients, unstable_why, without_transients
+
+    assert transients([754, 722, 1071, 721, 747]) == [2]  # a burst: set aside
+    assert transients([754, 740, 380, 745, 747]) == [2]  # a busy neighbour: set aside
+    assert transients([750, 750, 750, 520, 520, 520]) == []  # a move that lasts: drift
+    assert transients([750, 1070, 1070, 750]) == []  # two readings on a level: not one's word
+    assert transients([1071, 722, 721]) == [] and transients([722, 721, 1071]) == []  # the ends
+    assert transients([700, 900, 1100]) == []  # a ramp: each agrees with neither, nor they
+    kept, aside = without_transients([754, 722, 1071, 721, 747])
+    assert kept == [754, 722, 721, 747] and aside == 1
+
+    def gemm(mfu: float, started: float, readings: list[float]) -> Result:
+        record = {"workload": "512³ bf16 matmul", "readings_flops": readings, "readings": [{}] * 2}
+        record["calibration_flops"] = 758e9
+        params = {"model": "m", "op": f"q{started}", "M": 128, "pass": "fwd", "dtype": "bf16"}
+        r = Result(Case("matmul", f"m/q{started}/M128/fwd", params), "pass")
+        r.metrics, r.diagnostics = {"mfu": mfu, "spread": 0.03}, {"drift_reference": record}
+        r.started_at = started
+        return r
+
+    # Stored by case id, read in the order run: the burst sits between two agreeing readings.
+    run = [
+        gemm(0.63, 3.0, [1071e9, 721e9]),
+        gemm(0.64, 1.0, [754e9, 740e9]),
+        gemm(0.75, 2.0, [740e9, 722e9]),
+        gemm(0.74, 4.0, [747e9, 736e9]),
+    ]
+    machine = run_drift(run)
+    assert machine.transient == 1 and machine.moved == pytest.approx(758 / 721 - 1, rel=1e-3)
+    assert "1 transient reading set aside" in drift_text(machine)
+    assert mfu_at_m(run, machine).why == ""
+    # The same burst as the run's first reading has one neighbour only: no word against it.
+    run[0].started_at = 0.0
+    assert run_drift(run).transient == 0 and run_drift(run).moved > 0.45
+    # One unsteady reading among many is no reason to withhold a figure; more than 10% is.
+    assert unstable_why(1, 88) is None and unstable_why(1, 6) and unstable_why(9, 88)

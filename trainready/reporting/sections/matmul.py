@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from trainready.core.case import Result
 from trainready.metrics.sampler import budget_why
-from trainready.metrics.stats import drift, drift_why, spread_why, unstable_why, widen
+from trainready.metrics.stats import (
+    drift,
+    drift_why,
+    spread_why,
+    unstable_why,
+    widen,
+    without_transients,
+)
 from trainready.reporting import fmt
 from trainready.reporting.blocks import STATUS, Block, Chart, Column, Stat, Stats, Table, Text, num
 from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, xy_chart
@@ -72,6 +79,7 @@ class RunDrift:
     moved: float | None  # `stats.drift` over all of them; None when fewer than two
     unstable: int = 0  # readings whose samples never agreed: no speed, left out of `readings`
     taken: int = 0  # readings taken, unstable ones included (0: a record from before it was kept)
+    transient: int = 0  # readings both neighbours contradicted, set aside (`stats.transients`)
 
 
 @dataclass(frozen=True)
@@ -92,10 +100,14 @@ def run_drift(results: list[Result]) -> RunDrift:
     """How far the machine's speed moved while the run timed its matmul cases, from the drift
     reference every case read just before and after its timed loop, and (a measured peak) the
     reading taken with the peak's calibration, which every MFU is a share of."""
-    refs = [
-        r.diagnostics["drift_reference"] for r in results if r.diagnostics.get("drift_reference")
-    ]
-    readings = [x for ref in refs for x in ref.get("readings_flops") or [] if finite(x)]
+    timed = sorted(
+        (r for r in results if r.diagnostics.get("drift_reference")), key=lambda r: r.started_at
+    )
+    refs = [r.diagnostics["drift_reference"] for r in timed]
+    taken = [x for ref in refs for x in ref.get("readings_flops") or [] if finite(x)]
+    # In the order taken (cases by start time): a reading that both neighbours contradict is
+    # a transient, not the machine's drift (`stats.transients`).
+    readings, transient = without_transients(taken)
     calibration = next(
         (ref["calibration_flops"] for ref in refs if ref.get("calibration_flops")), None
     )
@@ -106,6 +118,7 @@ def run_drift(results: list[Result]) -> RunDrift:
         moved=drift(readings + ([calibration] if calibration else [])),
         unstable=sum(int(ref.get("unstable") or 0) for ref in refs),
         taken=sum(len(ref.get("readings") or []) for ref in refs),
+        transient=transient,
     )
 
 
@@ -125,6 +138,11 @@ def drift_text(d: RunDrift) -> str:
     if d.calibration:
         text += f", {_gflops(d.calibration)} at the peak's calibration"
     unstable = f"; unstable in {d.unstable} of {d.taken} readings" if d.unstable else ""
+    if d.transient:
+        unstable += (
+            f"; {fmt.plural(d.transient, 'transient reading', 'transient readings')} set aside "
+            "(each contradicted by both neighbours, which agreed)"
+        )
     if d.moved is None:
         return text + "; drift unknown (one reading)" + unstable
     return f"{text}: moved {fmt.percent(d.moved)}{unstable}"

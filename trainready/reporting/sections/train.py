@@ -116,11 +116,11 @@ def _more_processes(rate: dict) -> str:
     found = rate.get("processes") or {}
     if found.get("concluded", True):
         return ""
+    option = found.get("option", "--set process_timing_s: more repeat processes")
     return (
         f"; over processes ±{found['half_width']:.0%} (target ±5%): about "
         f"{fmt.plural(found['more'], 'more process', 'more processes')} "
-        f"(~{fmt.number(found['more_s'])} s) would likely narrow it (no option sets the "
-        "processes per scenario yet)"
+        f"(~{fmt.number(found['more_s'])} s) would likely narrow it ({option})"
     )
 
 
@@ -132,6 +132,9 @@ def drift_text(r: Result) -> str:
     ref = (machine.get("reference") or {}) if isinstance(machine, dict) else {}
     unstable = int(ref.get("unstable") or 0)
     shaky = f"unstable in {unstable} of {ref.get('taken') or unstable} readings" if unstable else ""
+    if transient := int(ref.get("transient") or 0):
+        aside = fmt.plural(transient, "transient reading", "transient readings") + " set aside"
+        shaky = f"{shaky}; {aside}" if shaky else aside
     if not isinstance(machine, dict) or machine.get("moved") is None:
         if shaky:
             return f"machine drift unknown (drift reference {ref.get('workload')}: {shaky})"

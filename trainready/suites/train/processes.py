@@ -25,11 +25,13 @@ from typing import Any
 from trainready.core.context import CaseContext
 from trainready.core.procs import guarded_command
 from trainready.device import compile_cache_env
+from trainready.metrics.sampler import Rule, Sampler
 from trainready.probes.compile import backend_unsupported
 from trainready.suites.train import profile as train_profile
 from trainready.suites.train import zygote as train_zygote
 from trainready.suites.train.loop import TrainSpec
-from trainready.suites.train.plan import MODES, scenario_spec
+from trainready.suites.train.plan import MODES, process_timing_s, scenario_spec
+from trainready.suites.train.rates import repeat_name, same_work, steady
 from trainready.suites.train.scenario import Scenario
 
 LOG_TAIL_CHARS = 3000
@@ -280,4 +282,39 @@ def run_modes(
         for name in p["scenarios"]:
             for m in runs:
                 _run_next(p, ctx, m, name, root, deadline)
+        add_repeats(p, ctx, runs, root, deadline)
     return {m.mode: m.done for m in runs}
+
+
+def add_repeats(
+    p: dict[str, Any], ctx: CaseContext, runs: list[_ModeRun], root: Path, deadline: float
+) -> None:
+    """After the planned scenarios, more processes of the main configuration on warm caches
+    ("repeat2", "repeat3", ...: one per mode, in turn) while the steady medians' interval over
+    processes is wider than the sampler's target and the case's repeat budget
+    (`plan.process_timing_s`) allows: the one sampler (`metrics.sampler`, kind "level": the
+    process is the unit sampled), the planned cold and warm processes its prior samples. Only
+    where at least two planned processes re-time the same work (cold and warm), so the scatter
+    is measured, and only the modes whose planned processes all trained; a repeat that fails
+    ends the repeats (its failure is the case's, as any scenario's)."""
+    budget = process_timing_s(p, ctx.device)
+    planned = [n for n in p["scenarios"] if same_work(n)]
+    if budget <= 0 or len(planned) < 2:
+        return
+    samplers: dict[str, Sampler] = {}
+    for m in runs:
+        done = [s for s in m.done if same_work(s.name)]
+        if len(done) == len(planned) and all(s.record for s in done):
+            medians = [steady(s.record, p["warmup"]).median_s for s in done]
+            rule = Rule(kind="level", min_samples=len(planned), extra_s=budget)
+            samplers[m.mode] = Sampler(rule, prior=medians)
+    k = len(planned)
+    # Every sampler is asked each round (asking records its check): a pair runs while one wants.
+    while any([s.more() for s in samplers.values()]) and time.monotonic() < deadline:
+        k += 1
+        for m in (m for m in runs if m.mode in samplers):
+            _run_next(p, ctx, m, repeat_name(k), root, deadline)
+            s = m.done[-1]
+            if s.record is None:
+                return
+            samplers[m.mode].add(steady(s.record, p["warmup"]).median_s)

@@ -37,6 +37,7 @@ from trainready.metrics.stats import (
     spread_why,
     unstable_why,
     widen,
+    without_transients,
 )
 from trainready.probes.numerics import accepted_losses
 from trainready.probes.timing import TimingStats
@@ -80,7 +81,27 @@ def pool_of(scenario: str) -> str:
 # The cold and warm steady medians (the same model, shape and kernels; the modes take turns) are
 # kept as the case's first drift figure, as before: they move with the machine too.
 SAME_WORK = ("cold", "warm")
-DRIFT_WORKLOAD = "the steady steps of cold and warm (the same model, shape and kernels), per mode"
+DRIFT_WORKLOAD = (
+    "the steady steps of cold, warm and their repeats (the same model, shape and kernels), per mode"
+)
+# Repeat processes: the main configuration on warm caches, run after the planned scenarios
+# while the rate's interval over processes is wider than the sampler's target
+# (`processes.add_repeats`, `--set process_timing_s`): "repeat2", "repeat3", ...
+REPEAT = "repeat"
+
+
+def repeat_name(k: int) -> str:
+    return f"{REPEAT}{k}"
+
+
+def is_repeat(scenario: str) -> bool:
+    return scenario.startswith(REPEAT)
+
+
+def same_work(scenario: str) -> bool:
+    """Whether a scenario trains the main configuration as cold does (its steady steps re-time
+    the same work): cold, warm and the repeats."""
+    return scenario in SAME_WORK or is_repeat(scenario)
 
 
 def _reference(runs: dict[str, list[Scenario]] | None) -> list[float]:
@@ -102,15 +123,18 @@ def case_drift(
     `stats.drift` of a mode's readings_s; None where no mode has two), "reference" (the drift
     reference read in the training processes: {"workload", "readings_flops", "calibration_flops",
     "moved_in_case" (over its readings), "moved" (and the calibration's), "unstable" (readings
-    whose samples never agreed), "taken" (readings in all)}, None if no process read it), "moved" (the largest of process_moved and the reference's moved: the first steps, one
+    whose samples never agreed), "transient" (readings both neighbours contradicted, set aside:
+    `stats.transients`), "taken" (readings in all)}, None if no process read it), "moved" (the largest of process_moved and the reference's moved: the first steps, one
     sample each, may have run that much faster or slower)}."""
     readings = {
-        mode: [by[n]["step_s"] for n in SAME_WORK if by.get(n)] for mode, by in summaries.items()
+        mode: [x["step_s"] for n, x in by.items() if same_work(n) and x]
+        for mode, by in summaries.items()
     }
     moved = [d for xs in readings.values() if (d := drift([1 / x for x in xs if x > 0]))]
     known = any(len(xs) > 1 for xs in readings.values())
     process_moved = max(moved, default=0.0) if known else None
-    found = _reference(runs)
+    # A reading both its neighbours contradict is a transient, not the machine's drift.
+    found, transient = without_transients(_reference(runs))
     records = [s.record for ss in (runs or {}).values() for s in ss if s.record]
     unstable = sum(int(r.get("reference_unstable") or 0) for r in records)
     reference = None
@@ -126,6 +150,7 @@ def case_drift(
             "moved": drift(found + ([calibration] if calibration else [])),
             # Readings whose samples never agreed: no speed, so not among readings_flops.
             "unstable": unstable,
+            "transient": transient,
             "taken": sum(len(r.get("reference_flops") or []) for r in records),
         }
     figures = [x for x in (process_moved, reference and reference["moved"]) if x is not None]
@@ -167,10 +192,25 @@ def processes_needed(
     rule = Rule(kind="level", min_samples=2)
     centre, _ = value_and_interval(medians, rule)
     half = estimate(centre, interval)
+    found = {"half_width": half, "processes": len(medians), "process_s": process_s}
     if half <= rule.target:
-        return {"half_width": half, "concluded": True}
+        return {**found, "concluded": True}
     more = needed_count(len(medians), half, rule, SHRINK) - len(medians)
-    return {"half_width": half, "concluded": False, "more": more, "more_s": more * process_s}
+    return {**found, "concluded": False, "more": more, "more_s": more * process_s}
+
+
+def price_repeats(rates: dict[str, Any], repeat_s: float | None) -> None:
+    """Each mode's `processes` estimate priced as repeats come (one process per mode each:
+    `more` of them cost `more` times a pair), with the option that gives that time on top of the
+    case's repeat budget `repeat_s` (`--set process_timing_s`; None: not known)."""
+    found = {m: e for m in MODES if (e := (rates.get(m) or {}).get("processes"))}
+    pair_s = sum(e.get("process_s", 0.0) for e in found.values())
+    for e in found.values():
+        if e["concluded"]:
+            continue
+        e["more_s"] = e["more"] * pair_s
+        if repeat_s is not None:
+            e["option"] = f"--set process_timing_s={math.ceil(repeat_s + e['more_s'])}"
 
 
 def steady(record: dict[str, Any], warmup: int) -> TimingStats:
@@ -273,7 +313,7 @@ class Scatter:
     ) -> Scatter:
         groups = {
             (pool, mode): _process_medians(summaries.get(mode, {}), names)
-            for pool, names in _pools(p).items()
+            for pool, names in _pools(p, summaries).items()
             for mode in MODES
         }
         sd, df = between_processes(list(groups.values()))
@@ -398,11 +438,26 @@ def inconclusive_why(
         return why
     lo, hi = interval
     if lo <= 1 <= hi:
+        narrower = next((w for r in rates.values() if (w := _what_narrows(r))), None)
         return (
             f"the speedup's {CONFIDENCE:.0%} interval {lo:.3g}–{hi:.3g}× includes 1: "
             "either mode could be the faster per step"
-        )
+        ) + (f"; {narrower}" if narrower else "")
     return None
+
+
+def _what_narrows(rate: dict[str, Any]) -> str | None:
+    """What more sampling would likely narrow a rate whose sampling was cut short: more repeat
+    processes (`price_repeats`' option) or more steady steps (`steps_short`'s reason); None
+    where both concluded."""
+    found = rate.get("processes") or {}
+    if not found.get("concluded", True) and "option" in found:
+        return (
+            f"about {found['more']} more processes per mode (~{found['more_s']:.3g} s) would "
+            f"likely narrow the rates ({found['option']})"
+        )
+    why = rate.get("why") or ""
+    return why if why.startswith("budget ran out") else None
 
 
 def speedup(
@@ -436,9 +491,11 @@ def speedup(
     }
 
 
-def _pools(p: dict[str, Any]) -> dict[str, list[str]]:
+def _pools(p: dict[str, Any], summaries: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """{pool: scenario names}: the planned scenarios, then the repeats any mode ran."""
+    repeats = dict.fromkeys(n for by in summaries.values() for n in by if is_repeat(n))
     pools: dict[str, list[str]] = {}
-    for name in p["scenarios"]:
+    for name in [*p["scenarios"], *repeats]:
         pools.setdefault(pool_of(name), []).append(name)
     return pools
 
@@ -448,17 +505,21 @@ def pooled_rates(
     summaries: dict[str, dict[str, Any]],
     peak: dict[str, Any] | None,
     scatter: Scatter | None = None,
+    repeat_s: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{pool: {"eager": rate, "compiled": rate, "speedup": ...}}: each mode's rate per pool, and
-    the speedup where both modes have one, every interval over the case's `scatter`."""
+    the speedup where both modes have one, every interval over the case's `scatter`; how many
+    more processes each would likely need, priced by `price_repeats` (`repeat_s`: the case's
+    repeat budget)."""
     out: dict[str, dict[str, Any]] = {}
-    for pool, names in _pools(p).items():
+    for pool, names in _pools(p, summaries).items():
         by_mode = {mode: summaries.get(mode, {}) for mode in MODES}
         rates = {
             m: r
             for m in MODES
             if (r := steady_rate(m, by_mode[m], names, peak, scatter)) is not None
         }
+        price_repeats(rates, repeat_s)  # before the speedup, whose reason may name the option
         if len(rates) == len(MODES):
             rates["speedup"] = speedup(by_mode, names, rates, scatter)
         if rates:

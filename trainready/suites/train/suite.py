@@ -12,7 +12,9 @@ FSDP2 over them):
 - warm: the same run again, with the caches cold left;
 - arch_change: warm caches, one small edit to the model (the MLP activation swapped, or a norm
   added after each sublayer): what a researcher's ablation costs;
-- shape_change: warm caches, another sequence length (half, by default).
+- shape_change: warm caches, another sequence length (half, by default);
+- repeat3, repeat4, ...: warm caches, the main configuration again, added while the rates'
+  interval over processes is wider than ±5% (`processes.add_repeats`, `process_timing_s`).
 
 Each mode has its own cache directory, made fresh for the case and shared by its scenarios in
 that order; it is deleted when the case ends.
@@ -65,8 +67,10 @@ arch_change (activation | norm), shape_seq_len (seq_len // 2), lr, scenarios (a 
 order above, cold included when any other is), price_per_hour (a device-hour's price, also
 `--price-per-hour`: measures nothing, the report prices the ledger with it), step_timing_s (0.5 /
 5: seconds of steady steps a process may add past the planned ones for their median's 95%
-interval to come within ±5%, `plan.STEP_TIMING_S`). `--compile-backend`, `--nproc` and `--pg-backend`
-apply too. Presets: quick runs the configuration; standard adds the same with activation
+interval to come within ±5%, `plan.STEP_TIMING_S`), process_timing_s (30 / 300: seconds of
+repeat processes a case may add past its planned scenarios for the rates' interval over
+processes to come within ±5%, `processes.add_repeats`; 0: none). `--compile-backend`, `--nproc`
+and `--pg-backend` apply too. Presets: quick runs the configuration; standard adds the same with activation
 checkpointing; full adds whole-model compile and bf16 parameters with fp32 optimizer state.
 
 `--profile` (option `profile`, `profile.py`): in each mode the scenario whose speed the headline uses (warm,
@@ -94,13 +98,21 @@ from trainready.metrics.flops import peak_diagnostics
 from trainready.probes import ties
 from trainready.probes.numerics import loss_curve_compare
 from trainready.probes.ops import fell_back
-from trainready.suites.train.plan import DEFAULT_DTYPE, MODES, NAME, SCENARIOS, cases
+from trainready.suites.train.plan import (
+    DEFAULT_DTYPE,
+    MODES,
+    NAME,
+    SCENARIOS,
+    cases,
+    process_timing_s,
+)
 from trainready.suites.train.processes import run_modes
 from trainready.suites.train.rates import (
     MAIN_POOL,
     Scatter,
     add_first_valid,
     case_drift,
+    is_repeat,
     pool_of,
     pooled_rates,
     scenario_ledger,
@@ -142,6 +154,7 @@ OPTIONS = {
     "profile": bool,
     "price_per_hour": float,
     "step_timing_s": float,  # steady-step sampling budget per process (plan.STEP_TIMING_S)
+    "process_timing_s": float,  # repeat processes' budget per case (plan.PROCESS_TIMING_S)
 }
 
 # Relative per-step deviation allowed between the eager and the compiled loss curve. Kernels
@@ -184,6 +197,13 @@ def _broken_ties(runs: dict[str, list[Scenario]]) -> str | None:
     return None
 
 
+def _repeat_budget(p: dict[str, Any], runs: dict[str, list[Scenario]]) -> float | None:
+    """The case's budget for repeat processes (`plan.process_timing_s` on the device its
+    processes trained on); None where no process said which."""
+    device = next((s.spec["device"] for ss in runs.values() for s in ss if s.spec), None)
+    return None if device is None else process_timing_s(p, device)
+
+
 def _add_first_step_x(summaries: dict[str, dict[str, Any]], rates: dict[str, Any]) -> None:
     """Each first step in steady steps of its mode's pooled rate."""
     for mode, by_scenario in summaries.items():
@@ -219,7 +239,7 @@ def judge(
     machine = case_drift(summaries, runs, peak)
     scatter = Scatter.of(p, summaries, machine)
     machine["between_processes"] = {"sd": scatter.sd, "df": scatter.df}
-    rates = pooled_rates(p, summaries, peak, scatter)
+    rates = pooled_rates(p, summaries, peak, scatter, _repeat_budget(p, runs))
     _add_first_step_x(summaries, rates)
     add_first_valid(summaries, runs, tol)
     statuses = [s.status for scenarios in runs.values() for s in scenarios]
@@ -230,7 +250,8 @@ def judge(
         problems = {"model": {"status": "fail_numerics", "error": broken}, **problems}
     parity: dict[str, Any] = {}
     ledgers: dict[str, Any] = {}
-    for name in p["scenarios"]:
+    repeats = [s.name for s in runs.get(MODES[0], []) if is_repeat(s.name)]
+    for name in [*p["scenarios"], *repeats]:
         eager, compiled = summaries["eager"].get(name), summaries["compiled"].get(name)
         for mode, summary in (("eager", eager), ("compiled", compiled)):
             if summary and not all(math.isfinite(x) for x in summary["losses"]):
@@ -242,7 +263,7 @@ def judge(
         if not parity[name]["ok"]:
             statuses.append("fail_numerics")
         pool = rates.get(pool_of(name), {})
-        if "speedup" in pool:
+        if "speedup" in pool and name in p["scenarios"]:  # a repeat's ledger would be warm's
             ledgers[name] = scenario_ledger(eager, compiled, pool_of(name), pool, machine["moved"])
     metrics = _metrics(summaries, rates, ledgers, parity)
     ops = _ops(runs)
