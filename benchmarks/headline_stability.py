@@ -48,6 +48,8 @@ def _read(store: Path, run_id: str) -> tuple[dict[str, dict], dict[str, Estimate
 
 
 def _num(x: Any) -> str:
+    if isinstance(x, dict):  # a table headline (parity by modality): the report shows it
+        return "(a table)"
     if isinstance(x, float):
         return "∞" if math.isinf(x) else f"{x:.4g}"
     return str(x)

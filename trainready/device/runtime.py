@@ -258,6 +258,29 @@ def _flush_bytes(device: str) -> int:
     return 2 * llc if llc else _CPU_FLUSH_FALLBACK_BYTES
 
 
+# On the CPU the last-level cache can be hundreds of MiB (480 MiB on the 2-core Intel Xeon VM of
+# 2026-12-06), and writing twice that before every timed repeat took 73 ms there, against 1-5 ms
+# for a small GEMM: most of a sampling budget went to flushing. There a timed loop cycles through
+# copies of its inputs instead (rotating buffers, as nvbench and tritonbench do): by a copy's
+# next use, twice the cache's size of other copies has been read since. Up to this much memory.
+MAX_ROTATION_BYTES = 2 * GiB
+MAX_ROTATION_COPIES = 4096  # inputs smaller than twice the cache over this: flushed instead
+
+
+def rotation_copies(device: str, nbytes: int) -> int | None:
+    """How many copies of inputs of `nbytes` a timed loop should cycle through instead of
+    flushing the cache before each repeat (`flush_cache`): enough to cover twice the cache;
+    None where flushing is the way (an accelerator, whose flush is a fast memset and whose
+    memory is the model's; or more than MAX_ROTATION_COPIES copies, or extra copies over
+    MAX_ROTATION_BYTES)."""
+    if device_type(device) != "cpu" or nbytes <= 0:
+        return None
+    copies = max(1, -(-_flush_bytes(device) // nbytes))
+    if copies > MAX_ROTATION_COPIES or (copies - 1) * nbytes > MAX_ROTATION_BYTES:
+        return None
+    return copies
+
+
 def flush_cache(device: str) -> None:
     """Evict the device's last-level cache by writing a buffer larger than it.
 

@@ -302,6 +302,17 @@ def sample(
     return s.samples, s.verdict()
 
 
+def median_of_intervals(intervals: Sequence[Sequence[float]]) -> list[float]:
+    """An interval for the median of several figures, each known to lie in its own interval:
+    [the median of the lower ends, the median of the upper ends]. The median rises with each
+    figure, so where every figure lies in its interval their median lies in this one: a
+    headline over many sampled cases settles when this is tight, whether or not each case's
+    own interval reached the target."""
+    if not intervals:
+        raise ValueError("no intervals")
+    return [statistics.median(i[0] for i in intervals), statistics.median(i[1] for i in intervals)]
+
+
 def time_to_give(v: Verdict | dict[str, Any]) -> float:
     """The time a budget option would have to give for a verdict to likely conclude: what its
     rule gave (`extra_s` where set, else `budget_s`, else what it spent) plus `needed_s`."""

@@ -110,14 +110,46 @@ def spread_why(what: str, spread: float, samples: int | None = None) -> str | No
     return None
 
 
-def drift(speeds: Sequence[float]) -> float | None:
+# From this many readings on, the drift is the range of the central (1 - 2 * DRIFT_TAIL) of them:
+# on a shared host the reference's speed wanders, and the range of all readings grows with their
+# number, so a run that read the reference more (the train suite's repeat processes) would look
+# as if the machine moved more. A quiet quick run of 2026-12-06: 28 of a train case's 32 readings
+# at 718-831 GFLOP/s, and one process read 871 and 897 (a burst of a few seconds): a headline
+# over many cases or processes moves with the bulk, not with a tenth of its readings.
+DRIFT_CENTRAL_MIN = 10
+DRIFT_TAIL = 0.10
+
+
+def _nearest_rank(xs: list[float], q: float) -> float:
+    """The q-quantile of sorted `xs` by nearest rank (no interpolation: a reading taken)."""
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def drift(speeds: Sequence[float], anchor: float | None = None) -> float | None:
     """How far the speed moved over these readings of one reference workload (any unit of
     speed): fastest over slowest, minus 1 (0.2 = the fastest reading ran 20% faster than the
-    slowest). None with fewer than two readings: a single reading shows no movement."""
+    slowest); from DRIFT_CENTRAL_MIN readings on, the fastest and slowest of the central 80%
+    (nearest rank). `anchor`, a reading every figure is a share of (the peak's calibration),
+    always counts whole: the range is stretched to include it. None with fewer than two
+    readings: a single reading shows no movement."""
     xs = [float(x) for x in speeds if x and x > 0]
-    if len(xs) < 2:
+    lo, hi = drift_band(xs) or (math.inf, 0.0)
+    if anchor and anchor > 0:
+        lo, hi = min(lo, anchor), max(hi, anchor)
+    if len(xs) + bool(anchor and anchor > 0) < 2:
         return None
-    return max(xs) / min(xs) - 1
+    return hi / lo - 1
+
+
+def drift_band(speeds: Sequence[float]) -> tuple[float, float] | None:
+    """The slowest and fastest readings `drift` counts: all of them, or the central 80% from
+    DRIFT_CENTRAL_MIN readings on; None without a reading."""
+    xs = sorted(float(x) for x in speeds if x and x > 0)
+    if not xs:
+        return None
+    if len(xs) < DRIFT_CENTRAL_MIN:
+        return xs[0], xs[-1]
+    return _nearest_rank(xs, DRIFT_TAIL), _nearest_rank(xs, 1 - DRIFT_TAIL)
 
 
 # Two readings of one reference agree within this (the settle rule's tolerance,

@@ -1,5 +1,8 @@
 """Shared timing probe: warm-ups, individually timed repeats, L2 flush, median and spread.
 
+Cold inputs: `benchmark` flushes the device cache before each repeat, or the call cycles
+through copies of its inputs (`rotating`, where the device layer says a flush costs too much).
+
 Each repeat is timed on its own with the device Timer (device events where the backend has
 them), so the timed region holds exactly `fn()`: the cache flush before a repeat is enqueued
 ahead of the start event and never billed. The median is the headline; the IQR over the median
@@ -13,6 +16,7 @@ the budget ran out, about how much more time would likely have concluded it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -20,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainready.device import Timer, flush_cache, synchronize
+import torch
+
+from trainready.device import Timer, flush_cache, rotation_copies, synchronize
 from trainready.metrics.sampler import Rule, Verdict, sample, time_to_give
 
 
@@ -131,6 +137,50 @@ def sampling_record(stats: TimingStats, option: Callable[[float], str]) -> dict[
 def _out_of_time(started: float, max_time_s: float | None, next_cost_s: float) -> bool:
     """Whether another step of `next_cost_s` would end past the time cap."""
     return max_time_s is not None and time.perf_counter() - started + next_cost_s > max_time_s
+
+
+@dataclass(frozen=True)
+class ColdInputs:
+    """A timed call whose inputs each repeat reads cold (`rotating`): `call`, and `flush`,
+    whether `benchmark` must flush the cache before each repeat (False: the call cycles
+    through `copies` copies of its inputs, which evicts them between uses)."""
+
+    call: Callable[[], Any]
+    flush: bool
+    copies: int = 1
+
+    def describe(self) -> str:
+        """How the repeats read their inputs cold, as the case's diagnostics say it."""
+        if self.flush:
+            return "the cache flushed before each repeat"
+        return f"{self.copies} copies of the inputs in turn (rotating buffers; no flush)"
+
+
+def rotating(fn: Callable[..., Any], operands: Sequence[torch.Tensor], device: str) -> ColdInputs:
+    """`fn(*operands)` as a timed loop should call it so that every repeat reads its inputs
+    from memory: over copies of the operands in turn where the device layer says so
+    (`rotation_copies`: on the CPU, whose cache flush can cost tens of times a small GEMM),
+    each call the next copy; else over the operands themselves, with the cache flushed."""
+    nbytes = sum(t.numel() * t.element_size() for t in operands)
+    copies = rotation_copies(device, nbytes)
+    if copies is None:
+        return ColdInputs(lambda: fn(*operands), flush=True)
+    extra = [_copies(t, copies - 1) for t in operands]
+    ring = [tuple(operands), *zip(*extra, strict=True)]
+    turn = itertools.cycle(ring)
+    return ColdInputs(lambda: fn(*next(turn)), flush=False, copies=copies)
+
+
+def _copies(t: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """`n` copies of `t`: views into one block where `t` is contiguous (one allocation, handed
+    back whole when the copies go: many freed blocks of a few MiB would stay in the process's
+    heap and count in its resident memory), else clones that keep its strides."""
+    if n == 0:
+        return []
+    if not t.is_contiguous():
+        return [t.clone(memory_format=torch.preserve_format) for _ in range(n)]
+    block = t.unsqueeze(0).expand(n, *t.shape).contiguous()
+    return list(block.unbind(0))
 
 
 def benchmark(

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from trainready.core.case import Result
+from trainready.reporting.sections.dist import best_all_reduce
 from trainready.reporting.sections.matmul import mfu_at_m, run_drift
 
 
@@ -64,29 +65,19 @@ def _train(results: list[Result]) -> dict[str, Estimate]:
 
 
 def _all_reduce(results: list[Result]) -> dict[str, Estimate]:
-    """The dist suite's bandwidth headline: the best all_reduce's bus bandwidth, its interval
-    from its timing's (bandwidth is bytes over time), conclusive where its sampling concluded."""
-    passed = [
-        r
-        for r in results
-        if r.case.suite == "dist"
-        and r.status == "pass"
-        and r.case.params.get("op") == "all_reduce_sum"
-        and r.metrics.get("busbw_gbps") is not None
-    ]
-    if not passed:
+    """The dist suite's bandwidth headline (`sections.dist.best_all_reduce`): its interval from
+    its timing's (bandwidth is bytes over time), conclusive where its sampling concluded."""
+    found = best_all_reduce([r for r in results if r.case.suite == "dist"])
+    if found is None:
         return {}
-    best = max(passed, key=lambda r: r.metrics["busbw_gbps"])
+    best, metric, called = found
     sampling = best.diagnostics.get("sampling") or {}
-    bw, t = best.metrics["busbw_gbps"], sampling.get("value")
-    lo, hi = sampling.get("interval") or [t, t]
+    bw, t = best.metrics[metric], sampling.get("value")
+    lo, hi = sampling.get("interval") or [None, None]
+    label = f"best all_reduce {called}"
     if not (t and lo and hi):
-        return {"best all_reduce busbw": Estimate(False, [bw, bw], bw)}
-    return {
-        "best all_reduce busbw": Estimate(
-            bool(sampling.get("concluded")), [bw * t / hi, bw * t / lo], bw
-        )
-    }
+        return {label: Estimate(False, [bw, bw], bw)}
+    return {label: Estimate(bool(sampling.get("concluded")), [bw * t / hi, bw * t / lo], bw)}
 
 
 def estimates(results: list[Result]) -> dict[str, Estimate]:

@@ -180,6 +180,13 @@ def test_drift_is_fastest_over_slowest_reading_and_widens_both_ways():
     assert drift([100.0, 80.0, 90.0]) == pytest.approx(0.25)
     assert drift([5.0]) is None and drift([]) is None  # one reading shows no movement
     assert drift([5.0, 0.0]) is None  # a reading of nothing is no speed
+    assert drift([5.0], anchor=4.0) == pytest.approx(0.25)  # the calibration counts whole
+    # From 10 readings on, the central 80%: a burst in one process of a case that read the
+    # reference 32 times is not the machine's drift; the calibration still stretches the band.
+    run = [760.0] * 8 + [720.0, 800.0, 830.0, 897.0]
+    assert drift(run) == pytest.approx(830 / 760 - 1)  # 720 and 897: the tails
+    assert drift(run, anchor=700.0) == pytest.approx(830 / 700 - 1)
+    assert drift([100.0] * 6 + [77.0] * 6) == pytest.approx(100 / 77 - 1)  # a move that lasts
     assert widen([2.0, 3.0], 0.25) == pytest.approx([1.6, 3.75])
     assert widen([2.0, 3.0], None) == [2.0, 3.0] and widen([2.0, 3.0], 0.0) == [2.0, 3.0]
     assert drift_why(MAX_DRIFT, "during the run") is None and drift_why(None, "x") is None
@@ -219,3 +226,32 @@ def test_the_drift_reference_reads_a_speed_and_the_calibration_keeps_one(monkeyp
     record = peak.resolve_peak("cpu", "fp32", cache)
     assert record["reference_flops"] > 0 and record["reference"]["agreed"]
     assert peak.resolve_peak("cpu", "fp32", cache)["reference_flops"] == record["reference_flops"]
+
+
+def test_rotating_inputs_replace_the_flush_on_the_cpu_and_cycle_through_every_copy(monkeypatch):
+    """On the CPU (a flush of twice a 480 MiB cache took 73 ms, against ~1 ms for a GEMV) the
+    timed call cycles through enough copies of its inputs to cover twice the cache, each call
+    the next copy; an accelerator flushes instead, and so do inputs whose copies would exceed
+    MAX_ROTATION_BYTES."""
+    from trainready.device import runtime
+
+    monkeypatch.setattr(runtime, "_flush_bytes", lambda device: 4096)
+    a, b = torch.ones(8, 16), torch.full((16,), 2.0)  # 512 + 64 bytes: 8 copies cover 4096
+    seen = []
+    cold = timing.rotating(lambda x, y: seen.append((x.data_ptr(), y.data_ptr())), (a, b), "cpu")
+    assert not cold.flush and cold.copies == 8 and "8 copies" in cold.describe()
+    for _ in range(16):
+        cold.call()
+    assert len(set(seen)) == 8 and seen[:8] == seen[8:]  # every copy, in turn, and again
+    assert seen[0] == (a.data_ptr(), b.data_ptr())  # the originals are one of them
+    # The copies hold the same values: every repeat computes the same product.
+    x = timing.rotating(lambda x, y: x @ y, (a, b), "cpu")
+    assert all(torch.equal(x.call(), a @ b) for _ in range(9))
+    assert runtime.rotation_copies("cuda:0", 512) is None  # accelerators flush
+    assert timing.rotating(lambda x: x, (a,), "cuda:0").flush
+    assert runtime.rotation_copies("cpu", 1) == 4096
+    monkeypatch.setattr(runtime, "_flush_bytes", lambda device: 8192)
+    assert runtime.rotation_copies("cpu", 1) is None  # tiny inputs, 8192 copies: flushed
+    monkeypatch.setattr(runtime, "_flush_bytes", lambda device: 4096)
+    monkeypatch.setattr(runtime, "MAX_ROTATION_BYTES", 2048)
+    assert runtime.rotation_copies("cpu", 512) is None and runtime.rotation_copies("cpu", 4096) == 1

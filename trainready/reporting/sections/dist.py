@@ -106,10 +106,24 @@ BUSBW = ("busbw_gbps", "bus bandwidth (GB/s)", "bus bandwidth")
 ALGBW = ("algbw_gbps", "algorithm bandwidth (GB/s)", "algorithm bandwidth")
 
 
+def best_all_reduce(results: list[Result]) -> tuple[Result, str, str] | None:
+    """The bandwidth headline's case: the all_reduce with the highest bandwidth, the metric it
+    is judged by and what the headline calls it (`_bandwidth`); None without one."""
+    all_reduce = [r for r in _measured(results) if r.case.params.get("op") == "all_reduce_sum"]
+    if not all_reduce:
+        return None
+    metric, _, called = _bandwidth(all_reduce)
+    return max(all_reduce, key=lambda r: r.metrics[metric]), metric, called
+
+
 def _bandwidth_results(run: RunView) -> list[Result]:
+    return _measured(run.in_suite(SUITE))
+
+
+def _measured(results: list[Result]) -> list[Result]:
     return [
         r
-        for r in run.in_suite(SUITE)
+        for r in results
         if r.status == "pass"
         and r.case.params.get("family") == "coll"
         and finite(r.metrics.get("busbw_gbps"))
@@ -194,10 +208,9 @@ def headlines(run: RunView) -> list[Stat]:
             note=note,
         )
     ]
-    all_reduce = [r for r in _bandwidth_results(run) if r.case.params.get("op") == "all_reduce_sum"]
-    if all_reduce:
-        metric, _, called = _bandwidth(all_reduce)
-        best = max(all_reduce, key=lambda r: r.metrics[metric])
+    found = best_all_reduce(run.in_suite(SUITE))
+    if found:
+        best, metric, called = found
         size = fmt.number(int(best.metrics["size_bytes"]))
         ranks = _ranks([int(best.metrics.get("nranks", 0))])
         why = "" if metric == BUSBW[0] else " (one rank: busbw is 0 by definition)"

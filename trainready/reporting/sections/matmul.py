@@ -14,10 +14,13 @@ import statistics
 from dataclasses import dataclass
 
 from trainready.core.case import Result
-from trainready.metrics.sampler import budget_why
+from trainready.metrics.sampler import TARGET, budget_why, estimate, median_of_intervals
 from trainready.metrics.stats import (
+    DRIFT_CENTRAL_MIN,
     drift,
+    drift_band,
     drift_why,
+    hull,
     spread_why,
     unstable_why,
     widen,
@@ -115,7 +118,7 @@ def run_drift(results: list[Result]) -> RunDrift:
         workload=refs[0].get("workload", "") if refs else "",
         readings=readings,
         calibration=calibration,
-        moved=drift(readings + ([calibration] if calibration else [])),
+        moved=drift(readings, calibration),
         unstable=sum(int(ref.get("unstable") or 0) for ref in refs),
         taken=sum(len(ref.get("readings") or []) for ref in refs),
         transient=transient,
@@ -127,14 +130,23 @@ def run_unstable_why(d: RunDrift) -> str | None:
     return unstable_why(d.unstable, d.taken)
 
 
+def readings_text(readings: list[float]) -> str:
+    """The drift reference's readings as a note reads them: their range in GFLOP/s, and the
+    central 80% the drift counts where there are enough of them (`stats.drift`)."""
+    text = f"{_gflops(min(readings))}–{_gflops(max(readings))} GFLOP/s"
+    if len(readings) >= DRIFT_CENTRAL_MIN:
+        a, b = drift_band(readings) or (min(readings), max(readings))
+        text += f" (central 80% of {len(readings)} readings {_gflops(a)}–{_gflops(b)})"
+    return text
+
+
 def drift_text(d: RunDrift) -> str:
     """The drift reference as a note reads it: its workload, its range and the move."""
     if not d.readings:
         if d.unstable:
             return f"drift reference {d.workload}: unstable in all {d.unstable} readings"
         return "machine drift unknown (no drift reference recorded)"
-    lo, hi = min(d.readings), max(d.readings)
-    text = f"drift reference {d.workload}: {_gflops(lo)}–{_gflops(hi)} GFLOP/s this run"
+    text = f"drift reference {d.workload}: {readings_text(d.readings)} this run"
     if d.calibration:
         text += f", {_gflops(d.calibration)} at the peak's calibration"
     unstable = f"; unstable in {d.unstable} of {d.taken} readings" if d.unstable else ""
@@ -184,13 +196,16 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
         # The drift before the spread, as in the train suite: a machine that moved spreads too.
         else drift_why(machine.moved, _when(machine))
         or run_unstable_why(machine)
-        or budget_why([r.diagnostics.get("sampling") for r in results])
+        or _sampling_why(results)
         or spread_why("timed repeats (median over the cases)", spread)
     )
-    noise = [
-        statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
-        statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
-    ]
+    noise = hull(
+        [
+            statistics.median(m / (1 + h) for m, h in zip(mfus, half, strict=True)),
+            statistics.median(m / (1 - h) for m, h in zip(mfus, half, strict=True)),
+        ],
+        _sampled(results),
+    )
     return MfuAtM(
         value=statistics.median(mfus),
         noise_interval=noise,
@@ -201,6 +216,33 @@ def mfu_at_m(results: list[Result], machine: RunDrift | None = None) -> MfuAtM:
         spread=spread,
         why=why or "",
     )
+
+
+def _case_bounds(r: Result) -> list[float]:
+    """A case's MFU interval from its sampled timing's (MFU is work over time: the time's
+    interval turned over); its MFU alone for a record from before the sampler."""
+    mfu, v = r.metrics["mfu"], r.diagnostics.get("sampling") or {}
+    t, (lo, hi) = v.get("value"), v.get("interval") or (None, None)
+    if not (t and lo and hi and lo > 0):
+        return [mfu, mfu]
+    return [mfu * t / hi, mfu * t / lo]
+
+
+def _sampled(results: list[Result]) -> list[float]:
+    """The interval the cases' sampled timings give their median MFU
+    (`sampler.median_of_intervals` over `_case_bounds`)."""
+    return median_of_intervals([_case_bounds(r) for r in results])
+
+
+def _sampling_why(results: list[Result]) -> str | None:
+    """Why the headline is inconclusive for its sampling: the interval its cases' timings give
+    the median (`_sampled`) is wider than the sampler's target and some cases' budgets ran out
+    (`sampler.budget_why`: the time and the option that would likely conclude them). A few
+    cases that ran out do not hold up a median the rest pin down."""
+    median = statistics.median(r.metrics["mfu"] for r in results)
+    if estimate(median, _sampled(results)) <= TARGET:
+        return None
+    return budget_why([r.diagnostics.get("sampling") for r in results])
 
 
 def _mfu_stat(label: str, results: list[Result], machine: RunDrift) -> Stat:

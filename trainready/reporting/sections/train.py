@@ -32,6 +32,7 @@ from trainready.reporting.charts import MARKERS, PALETTE, Axis, Point, Series, x
 from trainready.reporting.model import Report, RunView, finite
 from trainready.reporting.numbers import money
 from trainready.reporting.sections import host
+from trainready.reporting.sections.matmul import readings_text
 
 SUITE = "train"
 # Shown in the drill-down and compared across runs: the steady speedup, both first-step clocks of
@@ -150,11 +151,8 @@ def drift_text(r: Result) -> str:
     if medians:
         parts.append(f"steady step medians cold → warm: {medians}")
     if ref.get("readings_flops"):
-        xs = ref["readings_flops"]
-        text = (
-            f"drift reference {ref['workload']}: {fmt.number(min(xs) / 1e9)}–"
-            f"{fmt.number(max(xs) / 1e9)} GFLOP/s in the training processes"
-        )
+        readings = readings_text(ref["readings_flops"])
+        text = f"drift reference {ref['workload']}: {readings} in the training processes"
         if ref.get("calibration_flops"):
             text += f", {fmt.number(ref['calibration_flops'] / 1e9)} at the peak's calibration"
         parts.append(text + (f"; {shaky}" if shaky else ""))

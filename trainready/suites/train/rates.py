@@ -147,7 +147,7 @@ def case_drift(
             "readings_flops": found,
             "calibration_flops": calibration,
             "moved_in_case": drift(found),
-            "moved": drift(found + ([calibration] if calibration else [])),
+            "moved": drift(found, calibration),
             # Readings whose samples never agreed: no speed, so not among readings_flops.
             "unstable": unstable,
             "transient": transient,
