@@ -104,6 +104,15 @@ def same_work(scenario: str) -> bool:
     return scenario in SAME_WORK or is_repeat(scenario)
 
 
+def _moved(speeds: list[float]) -> float | None:
+    """How far processes' speeds (in the order run) moved, as the reference's readings are
+    judged: one process both its neighbours contradict is a transient, set aside (`stats.drift`,
+    `stats.transients`). Its steps still count in the rate and its median in the scatter over
+    processes, which the rate's interval carries: a seventh process 30% off the other six
+    widens that interval; it is no reason to call the level unknown."""
+    return drift(without_transients(speeds)[0])
+
+
 def _reference(runs: dict[str, list[Scenario]] | None) -> list[float]:
     """The drift reference's readings (FLOP/s) of every process of the case, in the order run."""
     if not runs:
@@ -130,7 +139,7 @@ def case_drift(
         mode: [x["step_s"] for n, x in by.items() if same_work(n) and x]
         for mode, by in summaries.items()
     }
-    moved = [d for xs in readings.values() if (d := drift([1 / x for x in xs if x > 0]))]
+    moved = [d for xs in readings.values() if (d := _moved([1 / x for x in xs if x > 0]))]
     known = any(len(xs) > 1 for xs in readings.values())
     process_moved = max(moved, default=0.0) if known else None
     # A reading both its neighbours contradict is a transient, not the machine's drift.
@@ -318,7 +327,7 @@ class Scatter:
         }
         sd, df = between_processes(list(groups.values()))
         aparts = {
-            key: d for key, xs in groups.items() if (d := drift([1 / x for x in xs if x > 0]))
+            key: d for key, xs in groups.items() if (d := _moved([1 / x for x in xs if x > 0]))
         }
         worst = max(aparts, key=aparts.__getitem__, default=None)
         what = ""
