@@ -104,12 +104,20 @@ def same_work(scenario: str) -> bool:
     return scenario in SAME_WORK or is_repeat(scenario)
 
 
+# One mode's processes more than stats.MAX_DRIFT apart make the rates inconclusive only while
+# the mode has fewer processes than this: two or three say nothing of where a rerun's would land,
+# while from four on (the repeats, `processes.add_repeats`) their scatter is measured and the t
+# interval over them carries it (a quiet quick run of 2026-12-06: 7 compiled processes at
+# 9.7-12.2 ms, 8% scatter over 12 df, read "differ by 25%"; the widest of n processes only grows
+# with n).
+APART_FEW = 4
+
+
 def _moved(speeds: list[float]) -> float | None:
-    """How far processes' speeds (in the order run) moved, as the reference's readings are
-    judged: one process both its neighbours contradict is a transient, set aside (`stats.drift`,
-    `stats.transients`). Its steps still count in the rate and its median in the scatter over
-    processes, which the rate's interval carries: a seventh process 30% off the other six
-    widens that interval; it is no reason to call the level unknown."""
+    """How far the same-work processes' speeds (in the order run) moved, as the reference's
+    readings are judged: one process both its neighbours contradict is a transient, set aside
+    (`stats.drift`, `stats.transients`); it stretches the ledger's first steps
+    (`case_drift`'s `process_moved`)."""
     return drift(without_transients(speeds)[0])
 
 
@@ -327,7 +335,9 @@ class Scatter:
         }
         sd, df = between_processes(list(groups.values()))
         aparts = {
-            key: d for key, xs in groups.items() if (d := _moved([1 / x for x in xs if x > 0]))
+            key: d
+            for key, xs in groups.items()
+            if len(xs) < APART_FEW and (d := drift([1 / x for x in xs if x > 0]))
         }
         worst = max(aparts, key=aparts.__getitem__, default=None)
         what = ""
